@@ -1,0 +1,140 @@
+#pragma once
+// The daemon's TOML configuration (docs: shared/spec/config.md). Parsing refuses unknown keys
+// and bad values with a message naming the full key path, so a typo stops the daemon at
+// start instead of silently falling back to a default.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gpucloud::config {
+
+struct Zone {
+  std::string name;
+  std::string region = "local";
+  std::string description;
+};
+
+struct SimulatedGpu {
+  std::string model;
+  std::int64_t memory_gib = 0;
+  int count = 0;
+};
+
+struct Host {
+  std::string name;
+  std::string zone;  // may be omitted in the file when there is exactly one zone
+  std::string engine = "unix:///var/run/docker.sock";
+  int cpu = 0;
+  std::int64_t memory_gib = 0;
+  int port_min = 30000;  // config key port_range = "LOW-HIGH", both inclusive
+  int port_max = 30999;
+  std::vector<SimulatedGpu> simulated_gpus;  // empty => GPUs come from NVML
+  bool uses_nvml() const { return simulated_gpus.empty(); }
+  std::string port_range() const;  // "30000-30999"
+};
+
+struct Image {
+  std::string name, engine_image, description, os, python, cuda;
+  std::map<std::string, std::string> frameworks;
+};
+
+struct Offer {
+  std::string gpu_model;
+  std::vector<std::string> nvml_names;
+  std::int64_t gpu_memory_gib = 0;  // 0 = take from inventory
+  int cpu_per_gpu = 0;
+  std::int64_t memory_gib_per_gpu = 0;
+  std::int64_t price_per_gpu_hour = 0, price_per_gpu_week = 0, price_per_gpu_month = 0;
+};
+
+struct NoGpuOffer {
+  int cpu = 1;
+  std::int64_t memory_gib = 2;
+  std::int64_t price_per_hour = 10;
+};
+
+struct StoragePrices {  // config decimals per GiB-hour, held as integer millionths of the smallest unit
+  std::int64_t system_disk_free_gib = 30;
+  std::int64_t system_disk_per_gib_hour_micros = 20000;  // added key system_disk_per_gib_hour, default = data disk price
+  std::int64_t data_disk_per_gib_hour_micros = 20000;
+  std::int64_t snapshot_per_gib_hour_micros = 10000;
+  std::int64_t image_per_gib_hour_micros = 10000;
+};
+
+struct Quotas {
+  std::int64_t gpus = 8, instances = 10, disk_gib = 2000, images = 10;
+};
+
+struct Alerts {
+  bool allow_private_webhook_targets = false;
+};
+
+struct Policy {
+  int release_stopped_after_days = 15, arrears_release_instances_after_days = 15,
+      arrears_delete_disks_after_days = 30;
+};
+
+struct Server {  // added section [server]
+  std::int64_t max_body_bytes = 1 << 20;
+  std::chrono::seconds read_timeout{30};
+  std::chrono::seconds idle_timeout{120};
+  int worker_threads = 4;  // bounded pool for blocking work (SQLite reads, Argon2)
+  int login_failures_allowed = 5;
+  std::chrono::seconds login_window{900};
+  bool metrics_require_auth = false;
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:8080";
+  std::string data_dir = "/var/lib/gpucloud";
+  std::string currency = "CNY";
+  bool registration_open = true;  // config key registration = "open" | "closed"
+  std::string public_host = "127.0.0.1";
+  std::chrono::seconds session_ttl{86400};
+  std::string billing_timezone = "UTC";
+  std::string store_url;  // config key [store] url; "" = sqlite://DATA_DIR/gpucloud.db
+  std::vector<Zone> zones;
+  std::vector<Host> hosts;
+  std::vector<Image> images;
+  std::vector<Offer> offers;
+  NoGpuOffer no_gpu_offer;
+  StoragePrices storage_prices;
+  Quotas quotas;
+  Alerts alerts;
+  Policy policy;
+  Server server;
+
+  // The SQLite file path after DATA_DIR substitution; error-free helper. "" for PostgreSQL.
+  std::string store_path() const;
+  bool store_is_postgres() const;
+  const Zone* find_zone(std::string_view name) const;
+  const Offer* find_offer(std::string_view gpu_model) const;
+  // The offer a real GPU belongs to, by the name NVML reports (nvml_names, then gpu_model).
+  const Offer* offer_for_nvml_name(std::string_view nvml_name) const;
+};
+
+Result<Config> parse_config(std::string_view toml_text, std::string_view source_name = "config");
+Result<Config> load_config_file(const std::string& path);  // file missing/unreadable -> invalid_argument naming the path
+Status validate(const Config&);  // cross-field checks, also called by parse_config; call again after flag overrides
+
+// Fills what the file may leave out: the default zone "zone-a" when there is none, and a
+// host's zone when there is exactly one. parse_config calls it before validate.
+void apply_defaults(Config&);
+
+// "90s", "30m", "24h", "7d", or a sum like "1h30m"; nullopt when malformed or overflowing.
+std::optional<std::chrono::seconds> parse_duration(std::string_view text);
+// A non-negative decimal as exact integer millionths (0.02 -> 20000); nullopt when negative,
+// not finite, overflowing, or with more than 6 decimals.
+std::optional<std::int64_t> decimal_to_micros(double value);
+std::optional<std::int64_t> decimal_to_micros(std::string_view text);
+
+// [a-z][a-z0-9-]{0,62}: zone names (and the resource names of the API).
+bool is_valid_name(std::string_view name);
+
+}  // namespace gpucloud::config

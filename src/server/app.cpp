@@ -1,0 +1,161 @@
+#include "server/app.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "auth/credentials.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+
+App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<store::Store> store,
+         std::unique_ptr<PlatformClock> clock)
+    : loop_(loop),
+      config_(std::move(config)),
+      store_(std::move(store)),
+      clock_(std::move(clock)),
+      login_throttle_(config_.server.login_failures_allowed, config_.server.login_window) {
+  register_system_routes(*this);
+  register_auth_routes(*this);
+  register_token_routes(*this);
+  register_admin_user_routes(*this);
+  register_admin_clock_routes(*this);
+}
+
+App::~App() = default;
+
+asio::awaitable<Result<auth::Principal>> App::authenticate(const Request& request) {
+  std::string_view header = request.header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer)
+    co_return fail(ErrorCode::unauthorized, "missing bearer token (Authorization: Bearer TOKEN)");
+  auto lookup = [token = std::string(header.substr(kBearer.size()))](store::Database& db) {
+    return auth::authenticate(db, token, system_now());
+  };
+  co_return co_await store_->read(std::move(lookup));
+}
+
+asio::awaitable<Response> App::handle(Request& request) {
+  auto started = std::chrono::steady_clock::now();
+  std::string route_name = "unmatched";
+  std::string user_id;
+  Response response;
+  try {
+    RouteMatch match = router_.match(request.method, request.path, request.params);
+    Result<Response> result = fail(ErrorCode::internal, "no answer");
+    if (!match.route) {
+      if (match.path_known) {
+        std::string allowed;
+        for (const auto& m : match.allowed) allowed += (allowed.empty() ? "" : ", ") + m;
+        result = fail(ErrorCode::method_not_allowed, request.method + " is not allowed on " + request.path +
+                                                         " (allowed: " + allowed + ")");
+      } else {
+        result = fail(ErrorCode::not_found, "no such endpoint: " + request.path);
+      }
+    } else {
+      const Route& route = *match.route;
+      route_name = route.pattern;
+      RequestContext ctx{*this, request, std::nullopt};
+      bool refused = false;
+      if (route.access != Access::public_route) {
+        auto principal = co_await authenticate(request);
+        if (!principal) {
+          result = tl::unexpected(principal.error());
+          refused = true;
+        } else {
+          user_id = principal->user.id;
+          ctx.principal = std::move(*principal);
+          if (route.access == Access::admin && !ctx.principal->user.is_admin()) {
+            result = fail(ErrorCode::forbidden, "this endpoint is for the operator only");
+            refused = true;
+          }
+        }
+      }
+      if (!refused && !request.body.empty()) {
+        std::string_view type = request.header("content-type");
+        if (type.substr(0, type.find(';')) != "application/json") {
+          result = fail(ErrorCode::unsupported_media_type, "request bodies must be application/json");
+          refused = true;
+        }
+      }
+      if (!refused) result = co_await route.handler(ctx);
+    }
+    if (result) {
+      response = std::move(*result);
+    } else {
+      if (result.error().code == ErrorCode::internal) spdlog::error("internal error on {}: {}", route_name, result.error().detail);
+      response = problem_response(result.error());
+    }
+  } catch (const std::exception& e) {
+    // Nothing escapes a handler: an unexpected exception is an internal error, logged.
+    spdlog::error("unhandled exception on {}: {}", route_name, e.what());
+    response = problem_response(Error{ErrorCode::internal, "internal error", {}, 0});
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  metrics_.record_request(request.method, route_name, response.status, seconds);
+  // Structured request log: no body, no headers, so no password or token can reach it.
+  spdlog::info(R"({{"event":"request","method":"{}","route":"{}","status":{},"ms":{:.3f},"user":"{}","client":"{}"}})",
+               request.method, route_name, response.status, seconds * 1000, user_id, request.client_address);
+  co_return response;
+}
+
+Result<Response> App::replay_or_refuse(const store::Claim& claim) {
+  switch (claim.outcome) {
+    case store::ClaimOutcome::replay: {
+      Response r{claim.answer->status, "application/json", claim.answer->body, {}};
+      r.headers.emplace_back("Idempotent-Replayed", "true");
+      return r;
+    }
+    case store::ClaimOutcome::conflict_other_body:
+      return fail(ErrorCode::conflict, "Idempotency-Key was already used with a different request body");
+    case store::ClaimOutcome::conflict_in_flight:
+      return fail(ErrorCode::conflict, "a request with this Idempotency-Key is still in progress");
+    case store::ClaimOutcome::proceed: break;
+  }
+  return fail(ErrorCode::internal, "idempotency claim without outcome");
+}
+
+Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std::string key) {
+  if (!store::is_valid_idempotency_key(key))
+    return fail(ErrorCode::invalid_argument, "Idempotency-Key: must be 1-255 printable ASCII characters");
+  std::string user = ctx.principal ? ctx.principal->user.id : "";
+  return store::IdempotencyScope{user, ctx.request.method, ctx.request.path, std::move(key),
+                                 auth::token_hash(ctx.request.body)};
+}
+
+Status App::bootstrap_admin() {
+  auto existing = store_->write_now([](store::Database& db) { return auth::find_user(db, "admin"); });
+  if (!existing) return fail(existing.error());
+  if (*existing) return ok();
+  std::string password;
+  if (const char* env = std::getenv("GPUCLOUD_ADMIN_PASSWORD"); env && *env) {
+    password = env;
+  } else {
+    password = auth::new_token_secret().substr(4, 24);
+    auto path = std::filesystem::path(config_.data_dir) / "admin-password";
+    // Created 0600 from the start: the secret is never readable by others, even briefly.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return fail(ErrorCode::internal, "cannot write " + path.string());
+    std::string line = password + "\n";
+    bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ::fchmod(fd, 0600);
+    ::close(fd);
+    if (!written) return fail(ErrorCode::internal, "cannot write " + path.string());
+    spdlog::info("created the operator account \"admin\"; its password is in {}", path.string());
+  }
+  auto hash = auth::hash_password(password);
+  if (!hash) return fail(hash.error());
+  auto created = store_->write_now([&](store::Database& db) {
+    return auth::create_user(db, "admin", std::nullopt, *hash, "admin", clock_->now());
+  });
+  if (!created) return fail(created.error());
+  return ok();
+}
+
+}  // namespace gpucloud::server

@@ -1,0 +1,103 @@
+#pragma once
+// gpucloudd's request pipeline: routing, authentication, problem errors, idempotency,
+// metrics and the request log. Handler files (handlers/*.cpp) add their routes here.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include "auth/accounts.h"
+#include "auth/login_throttle.h"
+#include "config/config.h"
+#include "core/platform_clock.h"
+#include "server/http_types.h"
+#include "server/metrics.h"
+#include "server/router.h"
+#include "store/idempotency.h"
+#include "store/store.h"
+
+namespace gpucloud::server {
+
+class App;
+
+struct RequestContext {
+  App& app;
+  Request& request;
+  std::optional<auth::Principal> principal;  // set on every route that is not public
+
+  const auth::Principal& caller() const { return *principal; }
+  const std::string& param(const std::string& name) const { return request.params.at(name); }
+};
+
+class App {
+ public:
+  App(boost::asio::any_io_executor loop, config::Config config, std::unique_ptr<store::Store> store,
+      std::unique_ptr<PlatformClock> clock);
+  ~App();
+
+  // Answers one request; never throws.
+  boost::asio::awaitable<Response> handle(Request& request);
+
+  boost::asio::any_io_executor loop() const { return loop_; }
+  const config::Config& config() const { return config_; }
+  store::Store& store() { return *store_; }
+  PlatformClock& clock() { return *clock_; }
+  Router& router() { return router_; }
+  Metrics& metrics() { return metrics_; }
+  auth::LoginThrottle& login_throttle() { return login_throttle_; }
+
+  // Runs `effect(Database&) -> Result<Response>` in one write transaction, honouring the
+  // request's Idempotency-Key: the answer is stored in that same transaction.
+  template <class Effect>
+  boost::asio::awaitable<Result<Response>> run_idempotent(RequestContext& ctx, Effect effect);
+
+  // Creates the admin user on first start (GPUCLOUD_ADMIN_PASSWORD or DATA_DIR/admin-password).
+  Status bootstrap_admin();
+
+ private:
+  boost::asio::awaitable<Result<auth::Principal>> authenticate(const Request& request);
+  static Result<Response> replay_or_refuse(const store::Claim& claim);
+  static Result<store::IdempotencyScope> idempotency_scope(RequestContext& ctx, std::string key);
+
+  boost::asio::any_io_executor loop_;
+  config::Config config_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<PlatformClock> clock_;
+  Router router_;
+  Metrics metrics_;
+  auth::LoginThrottle login_throttle_;
+};
+
+template <class Effect>
+boost::asio::awaitable<Result<Response>> App::run_idempotent(RequestContext& ctx, Effect effect) {
+  std::string key(ctx.request.header("idempotency-key"));
+  if (key.empty()) {
+    auto job = [effect = std::move(effect)](store::Database& db) mutable -> Result<Response> { return effect(db); };
+    co_return co_await store_->write(std::move(job));
+  }
+  auto scope = idempotency_scope(ctx, std::move(key));
+  if (!scope) co_return tl::unexpected(scope.error());
+  auto job = [scope = std::move(*scope), effect = std::move(effect)](store::Database& db) mutable -> Result<Response> {
+    auto now = system_now();
+    auto claim = store::claim_idempotency_key(db, scope, now, false);
+    if (!claim) return tl::unexpected(claim.error());
+    if (claim->outcome != store::ClaimOutcome::proceed) return replay_or_refuse(*claim);
+    auto response = effect(db);
+    if (!response) return response;
+    if (auto s = store::complete_idempotency_key(db, scope, {response->status, response->body}, now); !s)
+      return tl::unexpected(s.error());
+    return response;
+  };
+  co_return co_await store_->write(std::move(job));
+}
+
+// Handler files register their routes through these.
+void register_system_routes(App& app);
+void register_auth_routes(App& app);
+void register_token_routes(App& app);
+void register_admin_user_routes(App& app);
+void register_admin_clock_routes(App& app);
+
+}  // namespace gpucloud::server

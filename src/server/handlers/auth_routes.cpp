@@ -1,0 +1,151 @@
+// POST /auth/register, /auth/login, /auth/logout; GET /me; PUT /me/password.
+#include <spdlog/spdlog.h>
+
+#include "api/auth_views.h"
+#include "api/json_input.h"
+#include "auth/credentials.h"
+#include "core/ids.h"
+#include "server/app.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+asio::awaitable<Result<std::string>> hash_off_loop(App& app, std::string password) {
+  auto job = [password = std::move(password)]() { return auth::hash_password(password); };
+  co_return co_await offload<Result<std::string>>(app.store().blocking_pool().get_executor(), std::move(job));
+}
+
+asio::awaitable<Result<Response>> register_user(RequestContext& ctx) {
+  App& app = ctx.app;
+  if (!app.config().registration_open)
+    co_return fail(ErrorCode::forbidden, "registration is closed: ask the operator for an account");
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  auto username = api::required_string(*body, "username");
+  if (!username) co_return tl::unexpected(username.error());
+  if (!is_valid_username(*username))
+    co_return fail(ErrorCode::invalid_argument, "username: must match [a-z][a-z0-9_-]{2,31}");
+  auto password = api::required_string(*body, "password");
+  if (!password) co_return tl::unexpected(password.error());
+  if (auto s = auth::check_password_strength(*password); !s) co_return tl::unexpected(s.error());
+  auto email = api::optional_string(*body, "email");
+  if (!email) co_return tl::unexpected(email.error());
+  if (*email && ((*email)->size() > 254 || (*email)->find('@') == std::string::npos))
+    co_return fail(ErrorCode::invalid_argument, "email: not an email address");
+  auto hash = co_await hash_off_loop(app, *password);
+  if (!hash) co_return tl::unexpected(hash.error());
+  auto now = app.clock().now();
+  auto create = [&, hash = *hash](store::Database& db) -> Result<Response> {
+    auto user = auth::create_user(db, *username, *email, hash, "user", now);
+    if (!user) return tl::unexpected(user.error());
+    return json_response(201, api::user_json(*user));
+  };
+  co_return co_await app.store().write(std::move(create));
+}
+
+asio::awaitable<Result<Response>> login(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  auto username = api::required_string(*body, "username");
+  if (!username) co_return tl::unexpected(username.error());
+  auto password = api::required_string(*body, "password");
+  if (!password) co_return tl::unexpected(password.error());
+  const std::string& address = ctx.request.client_address;
+  auto& throttle = app.login_throttle();
+  if (auto wait = throttle.retry_after(*username, address, std::chrono::steady_clock::now()); wait > 0) {
+    Error e{ErrorCode::rate_limited, "too many failed logins; try again in " + std::to_string(wait) + " s", {}, wait};
+    co_return tl::unexpected(e);
+  }
+  // Look up and verify on the blocking pool (Argon2 takes tens of milliseconds).
+  auto check = [&app, username = *username, password = *password]() -> Result<std::optional<auth::User>> {
+    auto lookup = app.store().read_now([&](store::Database& db) { return auth::find_user_with_hash(db, username); });
+    if (!lookup) return tl::unexpected(lookup.error());
+    if (!*lookup) {
+      // Spend the same time as a real check so timing does not reveal which usernames exist.
+      static const std::string dummy = auth::hash_password("not the password of anyone").value_or("");
+      (void)auth::verify_password(password, dummy);
+      return std::optional<auth::User>{};
+    }
+    if (!auth::verify_password(password, (*lookup)->second)) return std::optional<auth::User>{};
+    return std::optional<auth::User>{(*lookup)->first};
+  };
+  auto verified = co_await offload<Result<std::optional<auth::User>>>(app.store().blocking_pool().get_executor(),
+                                                                      std::move(check));
+  if (!verified) co_return tl::unexpected(verified.error());
+  if (!*verified) {
+    throttle.record_failure(*username, address, std::chrono::steady_clock::now());
+    co_return fail(ErrorCode::unauthorized, "wrong username or password");
+  }
+  if ((*verified)->disabled) co_return fail(ErrorCode::unauthorized, "this account is disabled");
+  throttle.record_success(*username, address);
+  auto now = system_now();
+  auto expires = now + std::chrono::duration_cast<std::chrono::microseconds>(app.config().session_ttl);
+  auto issue = [user_id = (*verified)->id, now, expires](store::Database& db) -> Result<Response> {
+    auto token = auth::issue_token(db, user_id, "session", "login", now, expires);
+    if (!token) return tl::unexpected(token.error());
+    json::object o;
+    o["token"] = token->secret;
+    o["expires_at"] = format_rfc3339(expires);
+    return json_response(200, o);
+  };
+  co_return co_await app.store().write(std::move(issue));
+}
+
+asio::awaitable<Result<Response>> logout(RequestContext& ctx) {
+  auto revoke = [user = ctx.caller().user.id, token = ctx.caller().token_id](store::Database& db) -> Result<Response> {
+    if (auto s = auth::revoke_token(db, user, token, system_now()); !s) return tl::unexpected(s.error());
+    return empty_response(204);
+  };
+  co_return co_await ctx.app.store().write(std::move(revoke));
+}
+
+asio::awaitable<Result<Response>> me(RequestContext& ctx) {
+  co_return json_response(200, api::user_json(ctx.caller().user));
+}
+
+asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  auto old_password = api::required_string(*body, "old_password");
+  if (!old_password) co_return tl::unexpected(old_password.error());
+  auto new_password = api::required_string(*body, "new_password");
+  if (!new_password) co_return tl::unexpected(new_password.error());
+  if (auto s = auth::check_password_strength(*new_password); !s) {
+    s.error().detail = "new_" + s.error().detail;
+    co_return tl::unexpected(s.error());
+  }
+  auto rehash = [&app, username = ctx.caller().user.username, old_password = *old_password,
+                 new_password = *new_password]() -> Result<std::string> {
+    auto lookup = app.store().read_now([&](store::Database& db) { return auth::find_user_with_hash(db, username); });
+    if (!lookup) return tl::unexpected(lookup.error());
+    if (!*lookup || !auth::verify_password(old_password, (*lookup)->second))
+      return fail(ErrorCode::invalid_argument, "old_password: does not match the current password");
+    return auth::hash_password(new_password);
+  };
+  auto hash = co_await offload<Result<std::string>>(app.store().blocking_pool().get_executor(), std::move(rehash));
+  if (!hash) co_return tl::unexpected(hash.error());
+  auto update = [user = ctx.caller().user.id, keep = ctx.caller().token_id, hash = *hash](store::Database& db) -> Result<Response> {
+    if (auto s = auth::set_password_hash(db, user, hash); !s) return tl::unexpected(s.error());
+    if (auto s = auth::revoke_other_sessions(db, user, keep, system_now()); !s) return tl::unexpected(s.error());
+    return empty_response(204);
+  };
+  co_return co_await app.store().write(std::move(update));
+}
+
+}  // namespace
+
+void register_auth_routes(App& app) {
+  auto& r = app.router();
+  r.add("POST", "/api/v1/auth/register", Access::public_route, "auth", "Create an account (when registration is open)", register_user);
+  r.add("POST", "/api/v1/auth/login", Access::public_route, "auth", "Log in; returns a session token", login);
+  r.add("POST", "/api/v1/auth/logout", Access::user, "auth", "Revoke the calling session token", logout);
+  r.add("GET", "/api/v1/me", Access::user, "auth", "The calling user", me);
+  r.add("PUT", "/api/v1/me/password", Access::user, "auth", "Change the password; revokes the user's other sessions", change_password);
+}
+
+}  // namespace gpucloud::server

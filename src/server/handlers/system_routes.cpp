@@ -1,0 +1,37 @@
+// GET /healthz, GET /metrics, GET /api/v1/openapi.json.
+#include "server/app.h"
+#include "server/openapi.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+asio::awaitable<Result<Response>> healthz(RequestContext&) {
+  // Built once: this is the HTTP layer's ceiling in benchmarks, so it does no work.
+  static const std::string body = json::serialize(json::object{{"status", "ok"}, {"version", GPUCLOUD_VERSION}});
+  co_return Response{200, "application/json", body, {}};
+}
+
+asio::awaitable<Result<Response>> metrics(RequestContext& ctx) {
+  ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", static_cast<double>(ctx.app.clock().pending_timers()));
+  co_return Response{200, "text/plain; version=0.0.4", ctx.app.metrics().render(), {}};
+}
+
+asio::awaitable<Result<Response>> openapi(RequestContext& ctx) {
+  co_return json_response(200, openapi_document(ctx.app.router()));
+}
+
+}  // namespace
+
+void register_system_routes(App& app) {
+  auto& r = app.router();
+  r.add("GET", "/healthz", Access::public_route, "system", "Liveness", healthz);
+  r.add("GET", "/api/v1/healthz", Access::public_route, "system", "Liveness", healthz);
+  r.add("GET", "/metrics", app.config().server.metrics_require_auth ? Access::admin : Access::public_route, "system",
+        "Prometheus metrics", metrics);
+  r.add("GET", "/api/v1/openapi.json", Access::public_route, "system", "This document", openapi);
+}
+
+}  // namespace gpucloud::server

@@ -1,0 +1,173 @@
+#include "server/http_server.h"
+
+#include <boost/asio.hpp>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/url/parse.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/app.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+HttpServer::HttpServer(asio::io_context& io, App& app, const config::Server& limits)
+    : io_(io), app_(app), limits_(limits), acceptor_(io) {}
+
+Result<tcp::endpoint> HttpServer::listen(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos) return fail(ErrorCode::invalid_argument, "listen: expected HOST:PORT, got " + host_port);
+  std::string host = host_port.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) return fail(ErrorCode::invalid_argument, "listen: \"" + host + "\" is not an IP address");
+  int port = 0;
+  try {
+    port = std::stoi(host_port.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) return fail(ErrorCode::invalid_argument, "listen: bad port in " + host_port);
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail(ErrorCode::unavailable, "listen on " + host_port + ": " + ec.message());
+  return acceptor_.local_endpoint();
+}
+
+void HttpServer::start() { asio::co_spawn(io_, accept_loop(), asio::detached); }
+
+asio::awaitable<void> HttpServer::accept_loop() {
+  while (!stopping_) {
+    auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
+    if (ec) {
+      if (stopping_ || ec == asio::error::operation_aborted) break;
+      spdlog::warn("accept failed: {}", ec.message());
+      continue;  // e.g. out of file descriptors: keep serving the others
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    asio::co_spawn(io_, serve(std::move(socket)), asio::detached);
+  }
+}
+
+namespace {
+
+Request to_request(http::request<http::string_body>& in, const std::string& client, Result<void>& valid) {
+  Request out;
+  out.method = std::string(in.method_string());
+  out.client_address = client;
+  auto target = boost::urls::parse_origin_form(in.target());
+  if (!target) {
+    valid = fail(ErrorCode::invalid_argument, "request target is not a valid path");
+    return out;
+  }
+  out.path = std::string(target->path());
+  out.query_string = std::string(target->encoded_query());
+  out.headers.reserve(8);
+  for (const auto& field : in) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  out.body = std::move(in.body());
+  return out;
+}
+
+http::response<http::string_body> to_beast(Response&& r, unsigned version, bool keep_alive) {
+  http::response<http::string_body> out{static_cast<http::status>(r.status), version};
+  out.set(http::field::server, "gpucloudd");
+  if (!r.content_type.empty()) out.set(http::field::content_type, r.content_type);
+  for (auto& [name, value] : r.headers) out.set(name, value);
+  out.body() = std::move(r.body);
+  out.keep_alive(keep_alive);
+  out.prepare_payload();
+  return out;
+}
+
+}  // namespace
+
+asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  std::string client = ec ? "unknown" : remote.address().to_string();
+  beast::tcp_stream stream(std::move(socket));
+  std::uint64_t id = next_connection_++;
+  connections_.emplace(id, Connection{&stream, false});
+  app_.metrics().connection_opened();
+  beast::flat_buffer buffer;
+
+  while (!stopping_) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
+    stream.expires_after(limits_.idle_timeout);
+    auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    bool too_large = header_ec == http::error::body_limit;
+    if (header_ec && !too_large) break;  // closed, idle timeout, garbage, or shutdown
+    connections_[id].busy = true;
+    ++in_flight_;
+    stream.expires_after(limits_.read_timeout);
+    if (!too_large && !parser.is_done()) {
+      auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, use_tuple);
+      too_large = body_ec == http::error::body_limit;
+      if (body_ec && !too_large) {
+        --in_flight_;
+        break;
+      }
+    }
+    Response response;
+    bool keep_alive = false;
+    unsigned version = parser.get().version();
+    if (too_large) {
+      response = problem_response(Error{ErrorCode::payload_too_large,
+                                        "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes",
+                                        {}, 0});
+    } else {
+      keep_alive = parser.get().keep_alive();
+      Status valid = ok();
+      Request request = to_request(parser.get(), client, valid);
+      // Not a ?: around co_await: g++ 12 miscompiles co_await inside conditional expressions.
+      if (valid) {
+        response = co_await app_.handle(request);
+      } else {
+        response = problem_response(valid.error());
+      }
+    }
+    keep_alive = keep_alive && !stopping_;
+    auto out = to_beast(std::move(response), version, keep_alive);
+    auto [write_ec, written] = co_await http::async_write(stream, out, use_tuple);
+    --in_flight_;
+    connections_[id].busy = false;
+    if (write_ec || !keep_alive) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.close();
+  connections_.erase(id);
+  app_.metrics().connection_closed();
+}
+
+asio::awaitable<void> HttpServer::shutdown(std::chrono::seconds grace) {
+  stopping_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  for (auto& [id, conn] : connections_)
+    if (!conn.busy) conn.stream->socket().cancel(ec);  // wakes the idle reader, which exits
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  asio::steady_timer wait(io_);
+  while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline) {
+    wait.expires_after(std::chrono::milliseconds(20));
+    co_await wait.async_wait(use_tuple);
+  }
+  if (in_flight_ > 0) spdlog::warn("shutdown: {} requests still running after {} s", in_flight_, grace.count());
+  for (auto& [id, conn] : connections_) conn.stream->socket().cancel(ec);
+}
+
+}  // namespace gpucloud::server

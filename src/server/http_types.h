@@ -1,0 +1,40 @@
+#pragma once
+// The HTTP request and response as handlers see them: plain values, no Beast, so handler
+// files stay quick to compile and easy to test.
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "core/result.h"
+
+namespace gpucloud::server {
+
+struct Request {
+  std::string method;   // "GET", "POST", ...
+  std::string path;     // without the query string
+  std::string query_string;
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-case
+  std::string body;
+  std::string client_address;
+  std::map<std::string, std::string> params;  // path parameters, e.g. {"id": "i-..."}
+
+  std::string_view header(std::string_view lower_name) const;
+  std::map<std::string, std::string> query() const;  // decoded; last value wins
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Response json_response(int status, const boost::json::value& body);
+Response problem_response(const Error& error);
+Response empty_response(int status);
+
+}  // namespace gpucloud::server

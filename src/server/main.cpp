@@ -1,0 +1,117 @@
+// gpucloudd: the control plane (and, all-in-one, the in-process agent).
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio.hpp>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+#include "config/config.h"
+#include "server/app.h"
+#include "server/http_server.h"
+
+namespace asio = boost::asio;
+using namespace gpucloud;
+
+namespace {
+
+struct Flags {
+  std::string config_path;
+  std::string listen;
+  std::string data_dir;
+  bool test_clock = false;
+};
+
+Result<config::Config> load(const Flags& flags) {
+  Result<config::Config> cfg = flags.config_path.empty() ? config::parse_config("", "defaults")
+                                                         : config::load_config_file(flags.config_path);
+  if (!cfg) return cfg;
+  if (!flags.listen.empty()) cfg->listen = flags.listen;
+  if (!flags.data_dir.empty()) cfg->data_dir = flags.data_dir;
+  if (auto s = config::validate(*cfg); !s) return fail(s.error());
+  return cfg;
+}
+
+SysTime restored_test_time(store::Store& store) {
+  auto row = store.write_now([](store::Database& db) { return db.one("SELECT value FROM meta WHERE key = 'test_clock_now'"); });
+  if (row && *row) return from_unix_micros(std::stoll((*row)->text(0)));
+  return system_now();
+}
+
+// A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
+asio::awaitable<void> stop_serving(server::HttpServer& http, asio::io_context& io) {
+  co_await http.shutdown(std::chrono::seconds(10));  // in-flight requests finish first
+  io.stop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{"gpucloudd: the gpucloud control plane"};
+  Flags flags;
+  cli.add_option("--config", flags.config_path, "TOML configuration file")->check(CLI::ExistingFile);
+  cli.add_option("--listen", flags.listen, "HOST:PORT to serve on (port 0: any free port)");
+  cli.add_option("--data-dir", flags.data_dir, "directory for the store and state");
+  cli.add_flag("--test-clock", flags.test_clock, "platform clock moves only through POST /api/v1/admin/clock");
+  cli.set_version_flag("--version", GPUCLOUD_VERSION);
+  CLI11_PARSE(cli, argc, argv);
+
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
+  if (sodium_init() < 0) {
+    std::fprintf(stderr, "gpucloudd: libsodium failed to initialise\n");
+    return 1;
+  }
+  auto cfg = load(flags);
+  if (!cfg) {
+    std::fprintf(stderr, "gpucloudd: configuration: %s\n", cfg.error().detail.c_str());
+    return 2;
+  }
+  std::error_code fs_error;
+  std::filesystem::create_directories(cfg->data_dir, fs_error);
+  if (fs_error) {
+    std::fprintf(stderr, "gpucloudd: data dir %s: %s\n", cfg->data_dir.c_str(), fs_error.message().c_str());
+    return 1;
+  }
+  auto store = store::Store::open(cfg->store_path(), cfg->server.worker_threads);
+  if (!store) {
+    std::fprintf(stderr, "gpucloudd: %s\n", store.error().detail.c_str());
+    return 1;
+  }
+
+  asio::io_context io(1);  // one event loop thread; blocking work goes to the store's pools
+  SysTime start = flags.test_clock ? restored_test_time(**store) : system_now();
+  auto clock = std::make_unique<PlatformClock>(io.get_executor(), flags.test_clock, start);
+  std::string listen = cfg->listen;
+  server::App app(io.get_executor(), std::move(*cfg), std::move(*store), std::move(clock));
+  if (auto s = app.bootstrap_admin(); !s) {
+    std::fprintf(stderr, "gpucloudd: admin bootstrap: %s\n", s.error().detail.c_str());
+    return 1;
+  }
+
+  server::HttpServer http(io, app, app.config().server);
+  auto bound = http.listen(listen);
+  if (!bound) {
+    std::fprintf(stderr, "gpucloudd: %s\n", bound.error().detail.c_str());
+    return 1;
+  }
+  http.start();
+  // Tests and scripts read the bound address from this line (port 0 picks a free port).
+  std::printf("gpucloudd listening on %s:%u\n", bound->address().to_string().c_str(), bound->port());
+  std::fflush(stdout);
+  spdlog::info(R"({{"event":"started","listen":"{}:{}","test_clock":{}}})", bound->address().to_string(),
+               bound->port(), flags.test_clock);
+
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
+    asio::co_spawn(io, stop_serving(http, io), asio::detached);
+  });
+  std::signal(SIGPIPE, SIG_IGN);
+  io.run();
+  spdlog::info("{}", R"({"event":"stopped"})");
+  return 0;
+}

@@ -1,0 +1,35 @@
+#pragma once
+// Prometheus text exposition of request counts and latency histograms per route. Updated
+// only on the event loop, so plain integers suffice.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace gpucloud::server {
+
+class Metrics {
+ public:
+  // `route` is the route pattern (or "unmatched"), never the raw path: bounded label sets.
+  void record_request(const std::string& method, const std::string& route, int status, double seconds);
+  void set_gauge(const std::string& name, double value) { gauges_[name] = value; }
+  void connection_opened() { ++open_connections_; }
+  void connection_closed() { --open_connections_; }
+  std::string render() const;
+
+ private:
+  static constexpr std::array<double, 12> kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                      0.01,   0.025,   0.05,   0.1,   0.5,    2.5};
+  struct Histogram {
+    std::array<std::uint64_t, kBuckets.size()> buckets{};
+    std::uint64_t count = 0;
+    double sum = 0;
+  };
+  std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;  // method, route, status
+  std::map<std::pair<std::string, std::string>, Histogram> latency_;             // method, route
+  std::map<std::string, double> gauges_;
+  std::int64_t open_connections_ = 0;
+};
+
+}  // namespace gpucloud::server

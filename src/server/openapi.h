@@ -1,0 +1,12 @@
+#pragma once
+// The OpenAPI 3 document, generated from the route table itself so it cannot drift from
+// what the server serves.
+#include <boost/json/object.hpp>
+
+#include "server/router.h"
+
+namespace gpucloud::server {
+
+boost::json::object openapi_document(const Router& router);
+
+}  // namespace gpucloud::server

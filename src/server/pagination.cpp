@@ -1,0 +1,33 @@
+#include "server/pagination.h"
+
+#include <charconv>
+
+namespace gpucloud::server {
+
+std::string encode_cursor(std::int64_t created_at_micros, const std::string& id) {
+  return std::to_string(created_at_micros) + "." + id;
+}
+
+Result<PageRequest> parse_page_request(const Request& request) {
+  PageRequest page;
+  auto query = request.query();
+  if (auto it = query.find("limit"); it != query.end()) {
+    std::size_t limit = 0;
+    auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), limit);
+    if (ec != std::errc() || ptr != it->second.data() + it->second.size() || limit < 1 || limit > 1000)
+      return fail(ErrorCode::invalid_argument, "limit: must be an integer from 1 to 1000");
+    page.limit = limit;
+  }
+  if (auto it = query.find("cursor"); it != query.end() && !it->second.empty()) {
+    const std::string& c = it->second;
+    auto dot = c.find('.');
+    std::int64_t micros = 0;
+    if (dot == std::string::npos ||
+        std::from_chars(c.data(), c.data() + dot, micros).ptr != c.data() + dot || dot + 1 >= c.size())
+      return fail(ErrorCode::invalid_argument, "cursor: not a cursor this server returned");
+    page.after = std::make_pair(micros, c.substr(dot + 1));
+  }
+  return page;
+}
+
+}  // namespace gpucloud::server

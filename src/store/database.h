@@ -1,0 +1,78 @@
+#pragma once
+// A small RAII layer over one SQLite connection: cached prepared statements, typed binds,
+// rows copied out as values. Errors come back as Result, never as exceptions.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/result.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace gpucloud::store {
+
+using Value = std::variant<std::nullptr_t, std::int64_t, double, std::string>;
+
+class Row {
+ public:
+  explicit Row(std::vector<Value> values) : values_(std::move(values)) {}
+  bool is_null(std::size_t i) const { return std::holds_alternative<std::nullptr_t>(values_.at(i)); }
+  std::int64_t int64(std::size_t i) const;
+  std::string text(std::size_t i) const;  // "" for NULL
+  std::optional<std::string> opt_text(std::size_t i) const;
+  std::optional<std::int64_t> opt_int64(std::size_t i) const;
+  std::size_t size() const { return values_.size(); }
+
+ private:
+  std::vector<Value> values_;
+};
+
+// One bound argument; implicit from the types handlers use.
+struct Arg {
+  Value value;
+  Arg(std::nullptr_t) : value(nullptr) {}
+  Arg(int v) : value(std::int64_t{v}) {}
+  Arg(long v) : value(std::int64_t{v}) {}
+  Arg(long long v) : value(std::int64_t{v}) {}
+  Arg(unsigned v) : value(std::int64_t{v}) {}
+  Arg(bool v) : value(std::int64_t{v ? 1 : 0}) {}
+  Arg(double v) : value(v) {}
+  Arg(const char* v) : value(std::string(v)) {}
+  Arg(std::string_view v) : value(std::string(v)) {}
+  Arg(const std::string& v) : value(v) {}
+  Arg(std::string&& v) : value(std::move(v)) {}
+  template <class T>
+  Arg(const std::optional<T>& v) : value(v ? Arg(*v).value : Value{nullptr}) {}
+};
+
+class Database {
+ public:
+  static Result<std::unique_ptr<Database>> open(const std::string& path, bool read_only);
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  Status exec_script(std::string_view sql);  // several statements, no binds
+  Status run(std::string_view sql, std::initializer_list<Arg> args = {});
+  Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args = {});
+  Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args = {});
+  std::int64_t changes() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  Result<sqlite3_stmt*> prepare(std::string_view sql, std::initializer_list<Arg> args);
+  Error error(std::string_view what) const;
+
+  sqlite3* db_;
+  std::string path_;
+  std::unordered_map<std::string, sqlite3_stmt*> statements_;
+};
+
+}  // namespace gpucloud::store

@@ -1,0 +1,44 @@
+#include "store/store.h"
+
+#include "store/migrations.h"
+
+namespace gpucloud::store {
+
+Store::Store(std::string path, std::unique_ptr<Database> writer, int readers)
+    : path_(std::move(path)), writer_(std::move(writer)), reader_pool_(static_cast<std::size_t>(readers)) {}
+
+Store::~Store() {
+  writer_pool_.join();
+  reader_pool_.join();
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path, int readers) {
+  auto writer = Database::open(path, false);
+  if (!writer) return fail(writer.error());
+  auto version = apply_migrations(**writer, schema_migrations());
+  if (!version) return fail(version.error());
+  if (readers < 1) readers = 1;
+  std::unique_ptr<Store> store(new Store(path, std::move(*writer), readers));
+  return store;
+}
+
+std::unique_ptr<Database> Store::take_reader() {
+  {
+    std::lock_guard lock(readers_mutex_);
+    if (!readers_.empty()) {
+      auto db = std::move(readers_.back());
+      readers_.pop_back();
+      return db;
+    }
+  }
+  // Opened lazily, at most one per pool thread in practice.
+  auto db = Database::open(path_, true);
+  return db ? std::move(*db) : nullptr;
+}
+
+void Store::give_back_reader(std::unique_ptr<Database> db) {
+  std::lock_guard lock(readers_mutex_);
+  readers_.push_back(std::move(db));
+}
+
+}  // namespace gpucloud::store

@@ -1,0 +1,112 @@
+#pragma once
+// The state store: one SQLite file in WAL mode. Writes are serialised on one thread (one
+// writer connection, each call one IMMEDIATE transaction); reads run on a bounded pool of
+// read-only connections. Callers on the event loop co_await both; nothing blocks the loop.
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "core/offload.h"
+#include "store/database.h"
+
+namespace gpucloud::store {
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> open(const std::string& path, int readers);
+  ~Store();
+
+  // Runs `work(Database&)` inside one transaction on the writer thread. `work` returns a
+  // Result/Status; an error (or a failed COMMIT) rolls the whole transaction back.
+  template <class F>
+  boost::asio::awaitable<std::invoke_result_t<F&, Database&>> write(F work) {
+    using R = std::invoke_result_t<F&, Database&>;
+    auto job = [this, work = std::move(work)]() mutable -> R { return run_write<R>(work); };
+    return offload<R>(writer_pool_.get_executor(), std::move(job));
+  }
+
+  // Runs `work(Database&)` on a read connection (a consistent snapshot per call).
+  template <class F>
+  boost::asio::awaitable<std::invoke_result_t<F&, Database&>> read(F work) {
+    using R = std::invoke_result_t<F&, Database&>;
+    auto job = [this, work = std::move(work)]() mutable -> R { return run_read<R>(work); };
+    return offload<R>(reader_pool_.get_executor(), std::move(job));
+  }
+
+  // Synchronous variants for start-up, tests and code already on a pool thread.
+  template <class F>
+  auto write_now(F work) {
+    using R = std::invoke_result_t<F&, Database&>;
+    std::lock_guard lock(writer_mutex_);
+    return run_write_locked<R>(work);
+  }
+
+  template <class F>
+  auto read_now(F work) {
+    using R = std::invoke_result_t<F&, Database&>;
+    return run_read<R>(work);
+  }
+
+  const std::string& path() const { return path_; }
+  boost::asio::thread_pool& blocking_pool() { return reader_pool_; }
+
+ private:
+  Store(std::string path, std::unique_ptr<Database> writer, int readers);
+  std::unique_ptr<Database> take_reader();
+  void give_back_reader(std::unique_ptr<Database> db);
+
+  template <class R, class F>
+  R run_write(F& work) {
+    std::lock_guard lock(writer_mutex_);
+    return run_write_locked<R>(work);
+  }
+  template <class R, class F>
+  R run_write_locked(F& work) {
+    if (auto s = writer_->exec_script("BEGIN IMMEDIATE"); !s) return R(tl::unexpected(s.error()));
+    std::optional<R> attempt;
+    try {
+      attempt.emplace(work(*writer_));
+    } catch (const std::exception& e) {  // nothing escapes a transaction half-done
+      attempt.emplace(tl::unexpected(Error{ErrorCode::internal, std::string("store: ") + e.what(), {}, 0}));
+    }
+    R result = std::move(*attempt);
+    if (!result) {
+      (void)writer_->exec_script("ROLLBACK");
+      return result;
+    }
+    if (auto s = writer_->exec_script("COMMIT"); !s) {
+      (void)writer_->exec_script("ROLLBACK");
+      return R(tl::unexpected(s.error()));
+    }
+    return result;
+  }
+  template <class R, class F>
+  R run_read(F& work) {
+    auto db = take_reader();
+    if (!db) return R(tl::unexpected(Error{ErrorCode::unavailable, "store: no read connection", {}, 0}));
+    std::optional<R> attempt;
+    try {
+      attempt.emplace(work(*db));
+    } catch (const std::exception& e) {
+      attempt.emplace(tl::unexpected(Error{ErrorCode::internal, std::string("store: ") + e.what(), {}, 0}));
+    }
+    give_back_reader(std::move(db));
+    R result = std::move(*attempt);
+    return result;
+  }
+
+  std::string path_;
+  std::unique_ptr<Database> writer_;
+  std::mutex writer_mutex_;
+  std::mutex readers_mutex_;
+  std::vector<std::unique_ptr<Database>> readers_;
+  boost::asio::thread_pool writer_pool_{1};
+  boost::asio::thread_pool reader_pool_;
+};
+
+}  // namespace gpucloud::store

@@ -1,0 +1,223 @@
+#include "support/test_daemon.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace gpucloud::testing {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace fs = std::filesystem;
+
+boost::json::value HttpResult::json() const {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(body, ec);
+  return ec ? boost::json::value() : v;
+}
+
+std::string HttpResult::code() const {
+  auto v = json();
+  if (v.is_object() && v.as_object().contains("code") && v.as_object().at("code").is_string())
+    return std::string(v.as_object().at("code").as_string());
+  return "";
+}
+
+HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body,
+                        const std::map<std::string, std::string>& headers) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.expires_after(std::chrono::seconds(60));
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  if (req.method() == http::verb::unknown) req.method_string(method);
+  req.set(http::field::host, "127.0.0.1");
+  bool has_type = false;
+  for (const auto& [k, v] : headers) {
+    req.set(k, v);
+    if (k == "Content-Type" || k == "content-type") has_type = true;
+  }
+  if (!body.empty() && !has_type) req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.keep_alive(false);
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 * 1024 * 1024);
+  http::read(stream, buffer, parser);
+  HttpResult out;
+  out.status = parser.get().result_int();
+  out.body = parser.get().body();
+  for (const auto& f : parser.get()) {
+    std::string name(f.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(f.value());
+  }
+  boost::system::error_code ec;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  return out;
+}
+
+std::string random_suffix() {
+  static std::mt19937_64 rng(std::random_device{}());
+  std::string s;
+  for (int i = 0; i < 8; ++i) s += static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
+  dir_ = (fs::temp_directory_path() / ("gpucloud-it-" + random_suffix())).string();
+  data_dir_ = dir_ + "/data";
+  fs::create_directories(data_dir_);
+  if (!options_.config_toml.empty()) {
+    std::ofstream(dir_ + "/gpucloud.toml") << options_.config_toml;
+  }
+}
+
+TestDaemon::~TestDaemon() {
+  if (pid_ > 0) kill9();
+  std::error_code ec;
+  if (!std::getenv("GPUCLOUD_KEEP_TEST_DIRS")) fs::remove_all(dir_, ec);
+}
+
+void TestDaemon::start() {
+  std::string out_path = dir_ + "/daemon-" + std::to_string(generation_++) + ".log";
+  pid_ = fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    setenv("GPUCLOUD_ADMIN_PASSWORD", options_.admin_password.c_str(), 1);
+    std::vector<std::string> args = {GPUCLOUD_BIN_DIR "/gpucloudd", "--listen", "127.0.0.1:0", "--data-dir", data_dir_};
+    if (!options_.config_toml.empty()) {
+      args.push_back("--config");
+      args.push_back(dir_ + "/gpucloud.toml");
+    }
+    if (options_.test_clock) args.push_back("--test-clock");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(out_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto pos = line.find("gpucloudd listening on ");
+      if (pos != std::string::npos) {
+        port_ = std::stoi(line.substr(line.rfind(':') + 1));
+        return;
+      }
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("gpucloudd exited at start:\n" + log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("gpucloudd did not start in 30 s:\n" + log());
+}
+
+int TestDaemon::stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void TestDaemon::kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string TestDaemon::log() const {
+  std::string all;
+  for (int g = 0; g < generation_; ++g) {
+    std::ifstream in(dir_ + "/daemon-" + std::to_string(g) + ".log");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    all += ss.str();
+  }
+  return all;
+}
+
+HttpResult TestDaemon::request(const std::string& method, const std::string& path, const std::string& body,
+                               const std::string& token, const std::map<std::string, std::string>& headers) const {
+  auto h = headers;
+  if (!token.empty()) h["Authorization"] = "Bearer " + token;
+  return http_request(port_, method, path, body, h);
+}
+
+std::string TestDaemon::login(const std::string& username, const std::string& password) const {
+  auto r = post("/api/v1/auth/login", {{"username", username}, {"password", password}});
+  if (r.status != 200) throw std::runtime_error("login " + username + " failed: " + r.body);
+  return std::string(r.json().at("token").as_string());
+}
+
+std::string TestDaemon::register_and_login(const std::string& username, const std::string& password) {
+  auto r = post("/api/v1/auth/register", {{"username", username}, {"password", password}});
+  if (r.status != 201) throw std::runtime_error("register " + username + " failed: " + r.body);
+  return login(username, password);
+}
+
+CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                  const std::string& stdin_text) {
+  auto dir = fs::temp_directory_path() / ("gpucloud-cli-" + random_suffix());
+  fs::create_directories(dir);
+  std::string in_path = (dir / "in").string(), out_path = (dir / "out").string(), err_path = (dir / "err").string();
+  std::ofstream(in_path) << stdin_text;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int in = ::open(in_path.c_str(), O_RDONLY);
+    int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<std::string> all = {GPUCLOUD_BIN_DIR "/gpucloud"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::stringstream o, e;
+  o << std::ifstream(out_path).rdbuf();
+  e << std::ifstream(err_path).rdbuf();
+  r.out = o.str();
+  r.err = e.str();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
+}  // namespace gpucloud::testing
