@@ -50,7 +50,9 @@ json::object openapi_document(const Router& router) {
     responses["default"] = problem_response_ref();
     op["responses"] = std::move(responses);
     // The document's paths are relative to the server URL /api/v1 where they live there.
-    paths[route.pattern].as_object()[lower(route.method)] = std::move(op);
+    json::value& entry = paths[route.pattern];
+    if (!entry.is_object()) entry = json::object{};
+    entry.as_object()[lower(route.method)] = std::move(op);
   }
   json::object doc;
   doc["openapi"] = "3.0.3";

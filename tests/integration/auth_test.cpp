@@ -215,9 +215,10 @@ TEST_F(AuthTest, RestartKeepsUsersAndTokensAndSigtermExitsZero) {
 TEST_F(AuthTest, OpenApiListsExactlyTheServedRoutes) {
   auto doc = daemon_.get("/api/v1/openapi.json");
   ASSERT_EQ(doc.status, 200);
-  EXPECT_EQ(doc.json().at("openapi").as_string().substr(0, 2), "3.");
+  EXPECT_EQ(std::string(doc.json().at("openapi").as_string()).substr(0, 2), "3.");
   std::string admin = daemon_.admin_token();
-  const auto& paths = doc.json().at("paths").as_object();
+  const auto parsed = doc.json();
+  const auto& paths = parsed.at("paths").as_object();
   EXPECT_TRUE(paths.contains("/api/v1/me"));
   EXPECT_TRUE(paths.contains("/api/v1/auth/login"));
   EXPECT_TRUE(paths.contains("/api/v1/tokens/{id}"));
