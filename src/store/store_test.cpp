@@ -1,0 +1,162 @@
+#include <filesystem>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <gtest/gtest.h>
+
+#include "store/idempotency.h"
+#include "store/migrations.h"
+#include "store/store.h"
+
+namespace gpucloud::store {
+namespace {
+namespace fs = std::filesystem;
+
+std::string temp_db() {
+  static int n = 0;
+  auto dir = fs::temp_directory_path() / ("gpucloud-unit-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+  fs::create_directories(dir);
+  return (dir / "test.db").string();
+}
+
+TEST(Migrations, FreshStoreReachesLatestVersionAndRerunIsANoOp) {
+  auto db = Database::open(temp_db(), false);
+  ASSERT_TRUE(db);
+  auto v = apply_migrations(**db, schema_migrations());
+  ASSERT_TRUE(v) << v.error().detail;
+  EXPECT_EQ(*v, schema_migrations().back().version);
+  auto again = apply_migrations(**db, schema_migrations());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *v);
+  auto count = (*db)->one("SELECT COUNT(*) FROM schema_version");
+  EXPECT_EQ((*count)->int64(0), static_cast<std::int64_t>(schema_migrations().size()));
+}
+
+TEST(Migrations, AFailingMigrationRollsBackAllPendingOnes) {
+  auto db = Database::open(temp_db(), false);
+  static constexpr Migration broken[] = {{1, "CREATE TABLE a (x INTEGER);"},
+                                         {2, "CREATE TABLE b (y INTEGER);"},
+                                         {3, "CREATE TABLE broken (;"}};
+  auto v = apply_migrations(**db, broken);
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().detail.find("migration 3"), std::string::npos);
+  EXPECT_EQ(*current_schema_version(**db), 0);
+  EXPECT_FALSE((*db)->one("SELECT * FROM a"));  // table a was never committed
+}
+
+TEST(Migrations, AStoreNewerThanTheCodeIsRefused) {
+  auto db = Database::open(temp_db(), false);
+  static constexpr Migration two[] = {{1, "CREATE TABLE a (x INTEGER);"}, {2, "CREATE TABLE b (x INTEGER);"}};
+  ASSERT_TRUE(apply_migrations(**db, two));
+  auto v = apply_migrations(**db, std::span<const Migration>(two, 1));
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().detail.find("newer"), std::string::npos);
+}
+
+TEST(StoreTest, WritesRollBackOnErrorAndReadsSeeCommits) {
+  auto store = Store::open(temp_db(), 2);
+  ASSERT_TRUE(store);
+  auto failed = (*store)->write_now([](Database& db) -> Status {
+    if (auto s = db.run("INSERT INTO meta (key, value) VALUES ('a', '1')"); !s) return s;
+    return fail(ErrorCode::conflict, "changed my mind");
+  });
+  EXPECT_FALSE(failed);
+  auto none = (*store)->read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'a'"); });
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+  ASSERT_TRUE((*store)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('a', '2')"); }));
+  auto seen = (*store)->read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'a'"); });
+  EXPECT_EQ((*seen)->text(0), "2");
+}
+
+TEST(StoreTest, AwaitedWritesAndReadsResumeOnTheLoopThread) {
+  auto store = Store::open(temp_db(), 2);
+  ASSERT_TRUE(store);
+  boost::asio::io_context io;
+  auto loop_thread = std::this_thread::get_id();
+  bool done = false;
+  auto body = [&]() -> boost::asio::awaitable<void> {
+    auto insert = [](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('k', 'v')"); };
+    auto w = co_await (*store)->write(insert);
+    EXPECT_TRUE(w);
+    EXPECT_EQ(std::this_thread::get_id(), loop_thread);
+    auto select = [](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'k'"); };
+    auto r = co_await (*store)->read(select);
+    EXPECT_EQ(std::this_thread::get_id(), loop_thread);
+    EXPECT_EQ((*r)->text(0), "v");
+    done = true;
+  };
+  boost::asio::co_spawn(io, body(), boost::asio::detached);
+  io.run();
+  EXPECT_TRUE(done);
+}
+
+class IdempotencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = Store::open(temp_db(), 1);
+    ASSERT_TRUE(s);
+    store_ = std::move(*s);
+  }
+  std::unique_ptr<Store> store_;
+  IdempotencyScope scope_{"u-1", "POST", "/api/v1/tokens", "key-1", "hash-a"};
+};
+
+TEST_F(IdempotencyTest, FirstUseProceedsThenReplaysTheStoredAnswer) {
+  auto now = system_now();
+  auto first = store_->write_now([&](Database& db) -> Result<Claim> {
+    auto c = claim_idempotency_key(db, scope_, now, false);
+    if (c && c->outcome == ClaimOutcome::proceed)
+      if (auto s = complete_idempotency_key(db, scope_, {201, "{\"id\":1}"}, now); !s) return tl::unexpected(s.error());
+    return c;
+  });
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->outcome, ClaimOutcome::proceed);
+  auto second = store_->write_now([&](Database& db) { return claim_idempotency_key(db, scope_, now, false); });
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->outcome, ClaimOutcome::replay);
+  EXPECT_EQ(second->answer->status, 201);
+  EXPECT_EQ(second->answer->body, "{\"id\":1}");
+}
+
+TEST_F(IdempotencyTest, OtherBodyAndInFlightAreConflicts) {
+  auto now = system_now();
+  auto claim = store_->write_now([&](Database& db) { return claim_idempotency_key(db, scope_, now, true); });
+  ASSERT_EQ(claim->outcome, ClaimOutcome::proceed);
+  auto in_flight = store_->write_now([&](Database& db) { return claim_idempotency_key(db, scope_, now, false); });
+  EXPECT_EQ(in_flight->outcome, ClaimOutcome::conflict_in_flight);
+  auto other = scope_;
+  other.body_hash = "hash-b";
+  auto other_body = store_->write_now([&](Database& db) { return claim_idempotency_key(db, other, now, false); });
+  EXPECT_EQ(other_body->outcome, ClaimOutcome::conflict_other_body);
+  // Abandoning frees the key for a retry.
+  ASSERT_TRUE(store_->write_now([&](Database& db) { return abandon_idempotency_key(db, scope_); }));
+  auto retry = store_->write_now([&](Database& db) { return claim_idempotency_key(db, scope_, now, false); });
+  EXPECT_EQ(retry->outcome, ClaimOutcome::proceed);
+}
+
+TEST_F(IdempotencyTest, KeysAreScopedAndExpireAfter24Hours) {
+  auto now = system_now();
+  ASSERT_TRUE(store_->write_now([&](Database& db) { return complete_idempotency_key(db, scope_, {200, "{}"}, now); }));
+  auto other_user = scope_;
+  other_user.user_id = "u-2";
+  EXPECT_EQ(store_->write_now([&](Database& db) { return claim_idempotency_key(db, other_user, now, false); })->outcome,
+            ClaimOutcome::proceed);
+  auto other_path = scope_;
+  other_path.path = "/api/v1/instances";
+  EXPECT_EQ(store_->write_now([&](Database& db) { return claim_idempotency_key(db, other_path, now, false); })->outcome,
+            ClaimOutcome::proceed);
+  auto later = now + std::chrono::hours(25);
+  EXPECT_EQ(store_->write_now([&](Database& db) { return claim_idempotency_key(db, scope_, later, false); })->outcome,
+            ClaimOutcome::proceed);
+}
+
+TEST(IdempotencyKeyFormat, PrintableAsciiUpTo255) {
+  EXPECT_TRUE(is_valid_idempotency_key("abc-123"));
+  EXPECT_FALSE(is_valid_idempotency_key(""));
+  EXPECT_FALSE(is_valid_idempotency_key("has space"));
+  EXPECT_FALSE(is_valid_idempotency_key(std::string(256, 'a')));
+}
+
+}  // namespace
+}  // namespace gpucloud::store
