@@ -26,6 +26,12 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_token_routes(*this);
   register_admin_user_routes(*this);
   register_admin_clock_routes(*this);
+  register_market_routes(*this);
+}
+
+asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent) {
+  hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, std::move(agent));
+  co_return co_await hosts_->start();
 }
 
 App::~App() = default;

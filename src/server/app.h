@@ -12,6 +12,7 @@
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "server/host_registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/router.h"
@@ -47,6 +48,11 @@ class App {
   Router& router() { return router_; }
   Metrics& metrics() { return metrics_; }
   auth::LoginThrottle& login_throttle() { return login_throttle_; }
+  HostRegistry& hosts() { return *hosts_; }
+
+  // Connects the host agent (in-process, or behind the loopback JSON transport) and
+  // registers its hosts; call once before serving.
+  boost::asio::awaitable<Status> start_agent(std::unique_ptr<agent::HostAgent> agent);
 
   // Runs `effect(Database&) -> Result<Response>` in one write transaction, honouring the
   // request's Idempotency-Key: the answer is stored in that same transaction.
@@ -68,6 +74,7 @@ class App {
   Router router_;
   Metrics metrics_;
   auth::LoginThrottle login_throttle_;
+  std::unique_ptr<HostRegistry> hosts_;
 };
 
 template <class Effect>
@@ -99,5 +106,6 @@ void register_auth_routes(App& app);
 void register_token_routes(App& app);
 void register_admin_user_routes(App& app);
 void register_admin_clock_routes(App& app);
+void register_market_routes(App& app);
 
 }  // namespace gpucloud::server

@@ -1,5 +1,7 @@
 // gpucloudd: the control plane (and, all-in-one, the in-process agent).
 #include <csignal>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +11,8 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/local_agent.h"
+#include "agent/loopback_transport.h"
 #include "config/config.h"
 #include "server/app.h"
 #include "server/http_server.h"
@@ -88,6 +92,22 @@ int main(int argc, char** argv) {
   server::App app(io.get_executor(), std::move(*cfg), std::move(*store), std::move(clock));
   if (auto s = app.bootstrap_admin(); !s) {
     std::fprintf(stderr, "gpucloudd: admin bootstrap: %s\n", s.error().detail.c_str());
+    return 1;
+  }
+
+  // All-in-one: the agent runs in-process. GPUCLOUD_AGENT_TRANSPORT=loopback-json puts every
+  // agent message through JSON text, as a wire would (tests use it).
+  std::unique_ptr<agent::HostAgent> host_agent = std::make_unique<agent::LocalAgent>(io.get_executor(), app.config());
+  if (const char* transport = std::getenv("GPUCLOUD_AGENT_TRANSPORT"); transport && std::string(transport) == "loopback-json")
+    host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
+  std::optional<Status> agent_started;
+  asio::co_spawn(io, app.start_agent(std::move(host_agent)), [&](std::exception_ptr e, Status s) {
+    agent_started = e ? Status(fail(ErrorCode::internal, "agent start threw")) : std::move(s);
+  });
+  while (!agent_started && io.run_one() > 0) {
+  }
+  if (!agent_started || !*agent_started) {
+    std::fprintf(stderr, "gpucloudd: agent: %s\n", agent_started ? agent_started->error().detail.c_str() : "did not start");
     return 1;
   }
 

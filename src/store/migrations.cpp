@@ -43,6 +43,74 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_by_age ON idempotency_keys(created_at);
 )sql"},
+    // Hosts, their GPUs, and reservations. Double booking is impossible in the schema: a GPU
+    // has at most one active reservation (partial unique index), and a host's used CPU and
+    // memory can never pass its capacity (CHECK), both enforced on SQLite and PostgreSQL.
+    {2, R"sql(
+CREATE TABLE hosts (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  zone TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('ready', 'unreachable', 'draining')),
+  simulated INTEGER NOT NULL,
+  inventory_source TEXT NOT NULL,
+  inventory_error TEXT NOT NULL DEFAULT '',
+  engine TEXT NOT NULL,
+  cpu INTEGER NOT NULL CHECK (cpu >= 0),
+  memory_gib INTEGER NOT NULL CHECK (memory_gib >= 0),
+  cpu_used INTEGER NOT NULL DEFAULT 0,
+  memory_gib_used INTEGER NOT NULL DEFAULT 0,
+  port_min INTEGER NOT NULL,
+  port_max INTEGER NOT NULL,
+  last_seen INTEGER,
+  created_at INTEGER NOT NULL,
+  CHECK (cpu_used >= 0 AND cpu_used <= cpu),
+  CHECK (memory_gib_used >= 0 AND memory_gib_used <= memory_gib)
+);
+CREATE TABLE gpus (
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  idx INTEGER NOT NULL,
+  uuid TEXT NOT NULL UNIQUE,
+  model TEXT NOT NULL,
+  reported_name TEXT NOT NULL,
+  memory_bytes INTEGER NOT NULL,
+  pci_bus_id TEXT NOT NULL,
+  health TEXT NOT NULL,
+  simulated INTEGER NOT NULL,
+  present INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (host_id, idx)
+);
+CREATE TABLE reservations (
+  id TEXT PRIMARY KEY,
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  holder TEXT NOT NULL,
+  cpu INTEGER NOT NULL CHECK (cpu >= 0),
+  memory_gib INTEGER NOT NULL CHECK (memory_gib >= 0),
+  gpu_model TEXT,
+  active INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  released_at INTEGER
+);
+CREATE UNIQUE INDEX reservations_one_active_per_holder ON reservations(holder) WHERE active = 1;
+CREATE TABLE gpu_reservations (
+  reservation_id TEXT NOT NULL REFERENCES reservations(id),
+  host_id TEXT NOT NULL,
+  gpu_index INTEGER NOT NULL,
+  active INTEGER NOT NULL DEFAULT 1,
+  FOREIGN KEY (host_id, gpu_index) REFERENCES gpus(host_id, idx)
+);
+CREATE UNIQUE INDEX gpu_reservations_one_active ON gpu_reservations(host_id, gpu_index) WHERE active = 1;
+CREATE TABLE gpu_prices (
+  gpu_model TEXT PRIMARY KEY,
+  price_per_gpu_hour INTEGER NOT NULL CHECK (price_per_gpu_hour >= 0),
+  price_per_gpu_week INTEGER NOT NULL CHECK (price_per_gpu_week >= 0),
+  price_per_gpu_month INTEGER NOT NULL CHECK (price_per_gpu_month >= 0)
+);
+CREATE TABLE other_prices (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL CHECK (value >= 0)
+);
+)sql"},
 };
 
 }  // namespace

@@ -1,0 +1,81 @@
+#pragma once
+// The agent protocol: what the control plane and a host agent say to each other. Only
+// serialisable value types cross it (each has a JSON form), so the same interface runs
+// in-process (all-in-one), behind a loopback JSON transport (tests), or over a wire (cluster).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "core/result.h"
+
+namespace gpucloud::agent {
+
+inline constexpr int kProtocolVersion = 1;
+
+struct GpuInfo {
+  int index = 0;
+  std::string uuid;
+  std::string model;       // as the inventory reports it (NVML name, or the simulated model)
+  std::int64_t memory_bytes = 0;
+  std::string pci_bus_id;
+  std::string health = "ok";
+  bool simulated = false;
+};
+
+// One host as its agent sees it: sent at registration and whenever it changes.
+struct HostInventory {
+  std::string name;
+  std::string zone;
+  int cpu = 0;                  // cores the platform may hand out
+  std::int64_t memory_gib = 0;
+  int port_min = 0, port_max = 0;
+  std::string engine;           // "unix:///var/run/docker.sock"
+  bool simulated = false;       // its GPUs are declared, not discovered
+  std::string inventory_source; // "nvml" | "simulated" | "none"
+  std::string inventory_error;  // why NVML found nothing, shown to the operator
+  std::vector<GpuInfo> gpus;
+  int protocol_version = kProtocolVersion;
+};
+
+struct Heartbeat {
+  std::string host_name;
+  std::uint64_t sequence = 0;
+  std::vector<GpuInfo> gpus;  // current health
+};
+
+// A command says the desired state of one thing ("instance X should be running with ...");
+// repeating a command id has no further effect (the agent answers the first outcome).
+struct Command {
+  std::string id;         // unique per command, chosen by the control plane
+  std::string host_name;
+  std::string kind;       // e.g. "instance.ensure", "instance.remove"
+  boost::json::object desired;
+};
+
+struct CommandOutcome {
+  std::string command_id;
+  bool ok = false;
+  std::string error_code;   // ErrorCode name when !ok
+  std::string error_detail;
+  boost::json::object observed;  // what the agent now sees (e.g. container state, host key)
+};
+
+boost::json::object to_json(const GpuInfo&);
+boost::json::object to_json(const HostInventory&);
+boost::json::object to_json(const Heartbeat&);
+boost::json::object to_json(const Command&);
+boost::json::object to_json(const CommandOutcome&);
+Result<GpuInfo> gpu_info_from_json(const boost::json::value&);
+Result<HostInventory> host_inventory_from_json(const boost::json::value&);
+Result<Heartbeat> heartbeat_from_json(const boost::json::value&);
+Result<Command> command_from_json(const boost::json::value&);
+Result<CommandOutcome> command_outcome_from_json(const boost::json::value&);
+
+// An outcome carrying an error as a value.
+CommandOutcome failed_outcome(const std::string& command_id, const Error& error);
+Error outcome_error(const CommandOutcome& outcome);
+
+}  // namespace gpucloud::agent

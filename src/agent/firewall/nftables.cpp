@@ -1,0 +1,352 @@
+#include "agent/firewall/nftables.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+extern char** environ;
+
+namespace gpucloud::agent::firewall {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kCommandTimeout{15000};
+constexpr const char* kRouteLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet";
+
+// A file descriptor closed when it goes out of scope.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Moves a descriptor out of 0-2 (an agent started with those closed gets them back from
+// memfd_create or pipe2), so the child's dup2 onto 0, 1, 2 cannot clobber one another.
+int above_stdio(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  ::close(fd);
+  return moved;
+}
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// The executable `name` from PATH, then the sbin directories (an agent started with a
+// user's PATH may lack them).
+std::optional<std::string> find_executable(const std::string& name) {
+  std::string dirs;
+  if (const char* path = std::getenv("PATH")) dirs = path;
+  dirs += ":/usr/sbin:/sbin:/usr/local/sbin:/usr/bin:/bin";
+  std::stringstream in(dirs);
+  for (std::string dir; std::getline(in, dir, ':');) {
+    if (dir.empty()) continue;
+    std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+struct ProcessResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` (argv[0] an absolute path) with `input` as its stdin (a memfd: nft reads
+// "-f -" by opening /dev/stdin, which works for a memfd and never blocks us), capturing
+// stdout and stderr. Killed past `timeout`.
+Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::string_view input,
+                                  std::chrono::milliseconds timeout = kCommandTimeout) {
+  Fd in(above_stdio(::memfd_create("gpucloud-firewall", MFD_CLOEXEC)));
+  if (in.get() < 0) return fail(ErrorCode::unavailable, errno_text("memfd_create"));
+  for (std::size_t done = 0; done < input.size();) {
+    const ssize_t n = ::write(in.get(), input.data() + done, input.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(ErrorCode::unavailable, errno_text("write to memfd"));
+    done += static_cast<std::size_t>(n);
+  }
+  if (::lseek(in.get(), 0, SEEK_SET) < 0) return fail(ErrorCode::unavailable, errno_text("lseek"));
+
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return fail(ErrorCode::unavailable, errno_text("pipe2"));
+  Fd out_r(above_stdio(out_pipe[0])), out_w(above_stdio(out_pipe[1]));
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return fail(ErrorCode::unavailable, errno_text("pipe2"));
+  Fd err_r(above_stdio(err_pipe[0])), err_w(above_stdio(err_pipe[1]));
+  if (out_r.get() < 0 || out_w.get() < 0 || err_r.get() < 0 || err_w.get() < 0) {
+    return fail(ErrorCode::unavailable, errno_text("fcntl(F_DUPFD_CLOEXEC)"));
+  }
+
+  // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  const pid_t pid = ::fork();
+  if (pid < 0) return fail(ErrorCode::unavailable, errno_text("fork"));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (::dup2(in.get(), 0) < 0 || ::dup2(out_w.get(), 1) < 0 || ::dup2(err_w.get(), 2) < 0) {
+      ::_exit(127);
+    }
+    ::close_range(3, ~0u, 0);  // whatever else the agent has open without CLOEXEC
+    ::execve(args[0], args.data(), environ);
+    ::_exit(127);
+  }
+  out_w.reset();
+  err_w.reset();
+  in.reset();
+
+  ProcessResult result;
+  const auto deadline = Clock::now() + timeout;
+  bool timed_out = false;
+  char buf[4096];
+  while (out_r.get() >= 0 || err_r.get() >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
+    const int ready = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;
+    Fd* pipes[2] = {&out_r, &err_r};
+    std::string* sinks[2] = {&result.out, &result.err};
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        pipes[i]->reset();
+      }
+    }
+  }
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    return fail(ErrorCode::unavailable, argv[0] + " did not finish within " +
+                                            std::to_string(timeout.count()) + " ms");
+  }
+  if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+    if (result.exit_code == 127 && result.err.empty()) {
+      return fail(ErrorCode::unavailable, "could not execute " + argv[0]);
+    }
+  }
+  return result;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+Result<std::string> nft_path() {
+  if (auto path = find_executable("nft")) return *path;
+  return fail(ErrorCode::unavailable, "nft not found (apt-get install nftables)");
+}
+
+// Runs `nft -f -` with `script`.
+Status nft_script(const std::string& script, const std::string& what) {
+  auto nft = nft_path();
+  if (!nft) return fail(nft.error());
+  auto run = run_process({*nft, "-f", "-"}, script);
+  if (!run) return fail(run.error());
+  if (run->exit_code != 0) {
+    return fail(ErrorCode::internal, what + ": nft -f failed (exit " +
+                                         std::to_string(run->exit_code) + "): " + trimmed(run->err));
+  }
+  return ok();
+}
+
+Result<std::string> read_sysctl(const std::string& path) {
+  std::ifstream in(path);
+  std::string value;
+  if (!(in >> value)) return fail(ErrorCode::unavailable, "cannot read " + path);
+  return value;
+}
+
+Status write_sysctl(const std::string& path, const std::string& value) {
+  auto current = read_sysctl(path);
+  if (current && *current == value) return ok();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return fail(ErrorCode::unavailable, errno_text(("open " + path).c_str()));
+  const ssize_t n = ::write(fd, value.data(), value.size());
+  const int saved = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    errno = saved;
+    return fail(ErrorCode::unavailable, errno_text(("write " + value + " to " + path).c_str()));
+  }
+  return ok();
+}
+
+std::vector<std::string> docker_user_rule_spec(const std::string& table) {
+  char mark[32];
+  std::snprintf(mark, sizeof mark, "0x%x/0x%x", kAllowedConnmark, kAllowedConnmark);
+  return {"-m", "connmark", "--mark", mark, "-m", "comment", "--comment", "gpucloud:" + table,
+          "-j", "ACCEPT"};
+}
+
+// `iptables -w 5 ARGS...`; nullopt when there is no iptables binary.
+Result<std::optional<ProcessResult>> iptables(const std::vector<std::string>& args) {
+  const auto path = find_executable("iptables");
+  if (!path) return std::optional<ProcessResult>();
+  std::vector<std::string> argv{*path, "-w", "5"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto run = run_process(argv, "");
+  if (!run) return fail(run.error());
+  return std::optional<ProcessResult>(std::move(*run));
+}
+
+// Whether Docker's DOCKER-USER chain exists (in whichever backend iptables uses).
+Result<bool> docker_user_chain_exists() {
+  auto listed = iptables({"-S", "DOCKER-USER"});
+  if (!listed) return fail(listed.error());
+  return listed->has_value() && (*listed)->exit_code == 0;
+}
+
+}  // namespace
+
+NftablesFirewall::NftablesFirewall(std::string table_name) : table_name_(std::move(table_name)) {}
+
+Status NftablesFirewall::ensure_sysctls() {
+  if (auto s = write_sysctl("/proc/sys/net/ipv4/ip_forward", "1"); !s) return s;
+  return write_sysctl(kRouteLocalnet, "1");
+}
+
+Status NftablesFirewall::ensure_docker_user_rule() {
+  auto exists = docker_user_chain_exists();
+  if (!exists) return fail(exists.error());
+  if (!*exists) return ok();
+  const auto spec = docker_user_rule_spec(table_name_);
+  std::vector<std::string> check{"-C", "DOCKER-USER"};
+  check.insert(check.end(), spec.begin(), spec.end());
+  auto checked = iptables(check);
+  if (!checked) return fail(checked.error());
+  if ((*checked)->exit_code == 0) return ok();
+  std::vector<std::string> insert{"-I", "DOCKER-USER", "1"};
+  insert.insert(insert.end(), spec.begin(), spec.end());
+  auto inserted = iptables(insert);
+  if (!inserted) return fail(inserted.error());
+  if ((*inserted)->exit_code != 0) {
+    return fail(ErrorCode::internal,
+                "iptables -I DOCKER-USER failed: " + trimmed((*inserted)->err));
+  }
+  return ok();
+}
+
+Status NftablesFirewall::remove_docker_user_rule() {
+  auto exists = docker_user_chain_exists();
+  if (!exists) return fail(exists.error());
+  if (!*exists) return ok();
+  std::vector<std::string> del{"-D", "DOCKER-USER"};
+  const auto spec = docker_user_rule_spec(table_name_);
+  del.insert(del.end(), spec.begin(), spec.end());
+  // Every copy (two agents racing on an empty chain could both have inserted one).
+  for (int i = 0; i < 64; ++i) {
+    auto deleted = iptables(del);
+    if (!deleted) return fail(deleted.error());
+    if ((*deleted)->exit_code != 0) break;
+  }
+  return ok();
+}
+
+Status NftablesFirewall::apply(const std::vector<PublishedPort>& ports) {
+  auto script = render_ruleset(table_name_, ports);
+  if (!script) return fail(script.error());
+  std::lock_guard lock(mutex_);
+  if (auto s = ensure_sysctls(); !s) return s;
+  // Before the table: the DOCKER-USER rule accepts only what the table marks, so on its own it
+  // changes nothing, and a failure here leaves the previous rules in place.
+  if (auto s = ensure_docker_user_rule(); !s) return s;
+  return nft_script(*script, "applying table ip " + table_name_);
+}
+
+Status NftablesFirewall::remove_table() {
+  if (!is_valid_table_name(table_name_)) {
+    return fail(ErrorCode::invalid_argument, "invalid nftables table name \"" + table_name_ + "\"");
+  }
+  std::lock_guard lock(mutex_);
+  // Declaring the table first makes the delete succeed when it is already gone, in one
+  // transaction.
+  const std::string t = "table ip " + table_name_;
+  if (auto s = nft_script(t + " {}\ndelete " + t + "\n", "removing " + t); !s) return s;
+  if (auto s = remove_docker_user_rule(); !s) return s;
+  return release_route_localnet();
+}
+
+Status NftablesFirewall::release_route_localnet() {
+  auto nft = nft_path();
+  if (!nft) return fail(nft.error());
+  auto listed = run_process({*nft, "list", "tables", "ip"}, "");
+  if (!listed) return fail(listed.error());
+  if (listed->exit_code != 0) {
+    return fail(ErrorCode::internal, "nft list tables failed: " + trimmed(listed->err));
+  }
+  std::istringstream lines(listed->out);
+  for (std::string line; std::getline(lines, line);) {
+    // "table ip NAME": another gpucloud table still relies on the setting (and guards it).
+    constexpr std::string_view prefix = "table ip ";
+    if (line.rfind(prefix, 0) != 0) continue;
+    const std::string name = line.substr(prefix.size());
+    if (name != table_name_ && is_valid_table_name(name)) return ok();
+  }
+  return write_sysctl(kRouteLocalnet, "0");
+}
+
+Result<std::string> NftablesFirewall::current() {
+  if (!is_valid_table_name(table_name_)) {
+    return fail(ErrorCode::invalid_argument, "invalid nftables table name \"" + table_name_ + "\"");
+  }
+  auto nft = nft_path();
+  if (!nft) return fail(nft.error());
+  auto run = run_process({*nft, "list", "table", "ip", table_name_}, "");
+  if (!run) return fail(run.error());
+  if (run->exit_code != 0) {
+    if (run->err.find("No such file or directory") != std::string::npos) {
+      return fail(ErrorCode::not_found, "nftables table ip " + table_name_ + " does not exist");
+    }
+    return fail(ErrorCode::internal, "nft list table ip " + table_name_ + " failed: " + trimmed(run->err));
+  }
+  return run->out;
+}
+
+}  // namespace gpucloud::agent::firewall

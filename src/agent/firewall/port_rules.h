@@ -1,0 +1,69 @@
+#pragma once
+// An instance's declared ports, published on host ports with gpucloud's own nftables table
+// (DNAT to the instance's fixed address, not the engine's port publishing), and the security
+// group's sources for each, rendered as one nft script that replaces the table atomically.
+//
+// Semantics (spec "Ports", "Security group"):
+// - A published port is reachable from a remote source only if one of its `allowed` CIDRs
+//   contains the source; an empty `allowed` makes it unreachable from every other host (the
+//   caller passes {"0.0.0.0/0"} while an instance has no security group).
+// - Connections the host itself makes (to 127.0.0.1 or any of its own addresses) are the
+//   operator's and are always let through: they never traverse the forward hook, where the
+//   sources are checked.
+// - Containers on this host reaching a published port through a host address are remote
+//   sources like any other (checked against `allowed` by their own address).
+// - A rule change applies to NEW connections at once (nft -f is synchronous); connections
+//   already established stay up, like the security groups of the big clouds.
+//
+// Pure: no I/O here; nftables.h applies the script.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace gpucloud::agent::firewall {
+
+struct SourceRule {
+  std::string cidr;  // canonical IPv4 CIDR, e.g. "10.0.0.0/8", "203.0.113.7/32", "0.0.0.0/0"
+};
+
+struct PublishedPort {
+  std::string instance_id;  // written into the rules' comments; [A-Za-z0-9_.:-]{1,64}
+  int host_port = 0;        // 1-65535, unique per protocol
+  std::string container_ip;  // the instance's fixed IPv4 address on its bridge network
+  int container_port = 0;    // 1-65535
+  std::string protocol = "tcp";  // "tcp" | "udp"
+  std::vector<SourceRule> allowed;  // empty: nobody but the host itself
+};
+
+// The conntrack mark bit our forward chain sets on connections it allows. Docker's FORWARD
+// chain (policy DROP on Docker hosts) accepts them through one static rule in its DOCKER-USER
+// chain that matches this bit (see nftables.h for why).
+inline constexpr std::uint32_t kAllowedConnmark = 0x10000000;
+
+// "10.1.2.3" (as /32) or "10.1.2.0/24" → the canonical "a.b.c.d/n"; refuses host bits set
+// ("10.1.2.3/24"), leading zeros, out-of-range octets or prefixes. For callers that take
+// CIDRs from users (security groups); render_ruleset itself wants them canonical already.
+Result<std::string> canonical_cidr(std::string_view text);
+
+// Whether `text` is a dotted-quad IPv4 address in canonical form (no leading zeros).
+bool is_ipv4_address(std::string_view text);
+
+// Table names must start with "gpucloud" (then [a-z0-9_-], 63 characters at most): nft takes
+// them unquoted, so a name like "counter" or "ip" would parse as a keyword, and the prefix
+// keeps the agent from ever replacing a table that is not gpucloud's.
+bool is_valid_table_name(std::string_view name);
+
+// Checks every field; invalid_argument naming the first offending port and field.
+Status validate(const std::vector<PublishedPort>& ports);
+
+// The complete script for `nft -f -`: create the table if missing, flush it, then define
+// its chains and rules (localnet_guard, prerouting, output, postrouting, forward). Ports and
+// sources are sorted, so the same set gives byte-identical text whatever the input order.
+// Never touches any other table.
+Result<std::string> render_ruleset(const std::string& table_name,
+                                   const std::vector<PublishedPort>& ports);
+
+}  // namespace gpucloud::agent::firewall

@@ -1,0 +1,24 @@
+#pragma once
+// The agent interface as the control plane sees it (the control plane never calls an
+// engine or NVML itself). Asynchronous; every call carries agent_protocol value types.
+#include <functional>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "agent/agent_protocol.h"
+
+namespace gpucloud::agent {
+
+class HostAgent {
+ public:
+  virtual ~HostAgent() = default;
+  // Registration: the hosts this agent serves, with their inventories.
+  virtual boost::asio::awaitable<Result<std::vector<HostInventory>>> register_hosts() = 0;
+  // Runs a command (idempotent by command id) and reports the outcome.
+  virtual boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) = 0;
+  // The agent reports heartbeats through this sink (set once, before register_hosts).
+  virtual void on_heartbeat(std::function<void(Heartbeat)> sink) = 0;
+};
+
+}  // namespace gpucloud::agent

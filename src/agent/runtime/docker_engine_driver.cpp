@@ -1,0 +1,764 @@
+#include "agent/runtime/docker_engine_driver.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json.hpp>
+
+namespace gpucloud::agent {
+
+namespace net = boost::asio;
+namespace json = boost::json;
+using docker::EngineClient;
+using docker::Method;
+using docker::url_encode;
+using net::awaitable;
+using net::redirect_error;
+using net::use_awaitable;
+using local = net::local::stream_protocol;
+
+namespace {
+
+constexpr std::int64_t kMiB = 1024 * 1024;
+constexpr std::string_view kNvidiaVisible = "NVIDIA_VISIBLE_DEVICES";
+
+// ---- small JSON readers (the engine's answers are trusted but not assumed complete) ----
+
+const json::object* object_at(const json::object* o, std::string_view key) {
+  if (!o) return nullptr;
+  const auto* child = o->if_contains(key);
+  return child && child->is_object() ? &child->as_object() : nullptr;
+}
+std::string string_at(const json::object* o, std::string_view key) {
+  if (!o) return {};
+  const auto* child = o->if_contains(key);
+  return child && child->is_string() ? std::string(child->as_string()) : std::string();
+}
+std::int64_t int_at(const json::object* o, std::string_view key) {
+  if (!o) return 0;
+  const auto* child = o->if_contains(key);
+  if (!child) return 0;
+  if (child->is_int64()) return child->as_int64();
+  if (child->is_uint64()) return static_cast<std::int64_t>(child->as_uint64());
+  return 0;
+}
+bool bool_at(const json::object* o, std::string_view key) {
+  if (!o) return false;
+  const auto* child = o->if_contains(key);
+  return child && child->is_bool() && child->as_bool();
+}
+std::map<std::string, std::string> labels_at(const json::object* o, std::string_view key) {
+  std::map<std::string, std::string> out;
+  if (const auto* labels = object_at(o, key)) {
+    for (const auto& [k, v] : *labels) {
+      if (v.is_string()) out.emplace(std::string(k), std::string(v.as_string()));
+    }
+  }
+  return out;
+}
+json::array string_array(const std::vector<std::string>& items) {
+  json::array out;
+  for (const auto& s : items) out.emplace_back(s);
+  return out;
+}
+json::object string_map(const std::map<std::string, std::string>& items) {
+  json::object out;
+  for (const auto& [k, v] : items) out[k] = v;
+  return out;
+}
+
+// The engine writes "0001-01-01T00:00:00Z" for "never".
+std::string engine_time(std::string t) {
+  if (t.empty() || t.rfind("0001-01-01", 0) == 0) return {};
+  return t;
+}
+
+ContainerStatus parse_container(const json::value& v) {
+  ContainerStatus s;
+  const json::object* root = v.if_object();
+  s.id = string_at(root, "Id");
+  s.name = string_at(root, "Name");
+  if (!s.name.empty() && s.name.front() == '/') s.name.erase(0, 1);
+  const auto* config = object_at(root, "Config");
+  s.image = string_at(config, "Image");
+  s.labels = labels_at(config, "Labels");
+  const auto* state = object_at(root, "State");
+  s.state = string_at(state, "Status");
+  s.running = bool_at(state, "Running");
+  s.exit_code = static_cast<int>(int_at(state, "ExitCode"));
+  s.oom_killed = bool_at(state, "OOMKilled");
+  s.started_at = engine_time(string_at(state, "StartedAt"));
+  s.finished_at = engine_time(string_at(state, "FinishedAt"));
+  const auto* host = object_at(root, "HostConfig");
+  s.nano_cpus = int_at(host, "NanoCpus");
+  s.memory_bytes = int_at(host, "Memory");
+  // A stopped container has no IPAddress; its fixed address is still in IPAMConfig.
+  if (const auto* networks = object_at(object_at(root, "NetworkSettings"), "Networks")) {
+    for (const auto& [name, net] : *networks) {
+      const json::object* endpoint = net.if_object();
+      std::string ip = string_at(endpoint, "IPAddress");
+      if (ip.empty()) ip = string_at(object_at(endpoint, "IPAMConfig"), "IPv4Address");
+      if (!ip.empty()) {
+        s.ipv4 = ip;
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+bool valid_container_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || !std::isalnum(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
+}
+
+bool looks_secret(std::string_view env_name) {
+  std::string upper(env_name);
+  for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (std::string_view word : {"PASSWORD", "PASSWD", "SECRET", "TOKEN", "PRIVATE_KEY"}) {
+    if (upper.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::int64_t own_nofile_hard_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_max == RLIM_INFINITY) return 0;
+  return static_cast<std::int64_t>(limit.rlim_max);
+}
+
+json::object bind_mount(const std::string& source, std::string_view target, bool read_only) {
+  return json::object{{"Type", "bind"},
+                      {"Source", source},
+                      {"Target", target},
+                      {"ReadOnly", read_only}};
+}
+
+// A call answering no content. `also_ok`: a status other than 2xx meaning "already so" for
+// an idempotent call (304 not modified, 404 gone). (A scalar, not a list: g++ 12 mishandles
+// braced lists inside co_await expressions.)
+awaitable<Status> expect(EngineClient& engine, Method method, std::string target,
+                         std::optional<json::value> body, unsigned also_ok,
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds{0}) {
+  auto res = co_await engine.request(method, std::move(target), std::move(body), timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status >= 200 && res->status < 300) co_return ok();
+  if (res->status == also_ok) co_return ok();
+  co_return fail(docker::engine_error(res->status, res->body));
+}
+
+awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  net::steady_timer timer(co_await net::this_coro::executor, d);
+  boost::system::error_code ec;
+  co_await timer.async_wait(redirect_error(use_awaitable, ec));
+}
+
+// ---- the TTY exec ---------------------------------------------------------------------
+
+class DockerTerminal final : public TerminalSession {
+ public:
+  DockerTerminal(EngineClient engine, std::string exec_id, docker::HijackedConnection conn)
+      : engine_(std::move(engine)),
+        exec_id_(std::move(exec_id)),
+        socket_(std::move(conn.socket)),
+        pending_(std::move(conn.buffered)) {}
+  ~DockerTerminal() override { close(); }
+
+  awaitable<Result<std::string>> read() override {
+    if (!pending_.empty()) co_return std::exchange(pending_, std::string());
+    std::string chunk(16 * 1024, '\0');
+    boost::system::error_code ec;
+    const std::size_t n =
+        co_await socket_.async_read_some(net::buffer(chunk), redirect_error(use_awaitable, ec));
+    if (n > 0) {
+      chunk.resize(n);
+      co_return chunk;
+    }
+    if (ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted || ec == net::error::bad_descriptor) {
+      co_return std::string();
+    }
+    co_return fail(ErrorCode::unavailable, "terminal: " + ec.message());
+  }
+
+  awaitable<Status> write(std::string data) override {
+    boost::system::error_code ec;
+    co_await net::async_write(socket_, net::buffer(data), redirect_error(use_awaitable, ec));
+    if (ec) co_return fail(ErrorCode::unavailable, "terminal: " + ec.message());
+    co_return ok();
+  }
+
+  awaitable<Status> resize(int rows, int cols) override {
+    co_return co_await engine_.exec_resize(exec_id_, rows, cols);
+  }
+
+  awaitable<Result<int>> exit_code() override {
+    for (int i = 0; i < 100; ++i) {
+      auto inspect = co_await engine_.exec_inspect(exec_id_);
+      if (!inspect) co_return fail(std::move(inspect.error()));
+      if (!inspect->running) co_return inspect->exit_code;
+      co_await sleep_for(std::chrono::milliseconds(10));
+    }
+    co_return fail(ErrorCode::conflict, "terminal: the process is still running");
+  }
+
+  void close() override {
+    boost::system::error_code ignored;
+    if (socket_.is_open()) {
+      socket_.shutdown(local::socket::shutdown_both, ignored);
+      socket_.close(ignored);
+    }
+  }
+
+ private:
+  EngineClient engine_;
+  std::string exec_id_;
+  local::socket socket_;
+  std::string pending_;
+};
+
+}  // namespace
+
+DockerEngineDriver::DockerEngineDriver(net::any_io_executor executor, Options options)
+    : engine_(std::move(executor), options.engine), options_(std::move(options)) {}
+
+Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
+    const ContainerSpec& spec) const {
+  auto invalid = [](std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); };
+  if (!valid_container_name(spec.name)) return invalid("container name '" + spec.name + "' is not valid");
+  if (spec.image.empty()) return invalid("no image");
+  if (spec.hostname.size() > 63) return invalid("hostname longer than 63 characters");
+  if (!std::isfinite(spec.cpus) || spec.cpus <= 0) return invalid("cpus must be positive");
+  if (spec.memory_bytes < 0 || (spec.memory_bytes > 0 && spec.memory_bytes < 6 * kMiB)) {
+    return invalid("memory limit must be at least 6 MiB");
+  }
+  if (spec.pids_limit < 0 || spec.shm_bytes < 0 || spec.nofile_limit < 0) {
+    return invalid("limits cannot be negative");
+  }
+  if (!spec.ipv4.empty() && spec.network.empty()) return invalid("a fixed address needs a network");
+  if (spec.command.empty() && options_.init_path.empty()) {
+    return invalid("no command and no init configured");
+  }
+  for (const auto& uuid : spec.gpu_uuids) {
+    if (uuid.empty() || !std::all_of(uuid.begin(), uuid.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '/';
+        })) {
+      return invalid("GPU UUID '" + uuid + "' is not valid");
+    }
+  }
+
+  CreatedContainer adjusted;
+  // The engine refuses a CPU limit above the host's cores; cap it and say so.
+  int host_cpus = options_.host_cpus > 0 ? options_.host_cpus
+                                         : static_cast<int>(std::thread::hardware_concurrency());
+  if (host_cpus <= 0) host_cpus = 1;
+  adjusted.cpus = std::min(spec.cpus, static_cast<double>(host_cpus));
+  adjusted.cpus_capped = spec.cpus > host_cpus;
+  const auto nano_cpus = static_cast<std::int64_t>(std::llround(adjusted.cpus * 1e9));
+  if (nano_cpus < 10'000'000) return invalid("cpus must be at least 0.01");
+
+  // A nofile limit above the agent's own hard limit makes the container's start fail
+  // (root may lack CAP_SYS_RESOURCE): clamp it.
+  if (spec.nofile_limit > 0) {
+    const std::int64_t hard =
+        options_.nofile_hard_limit > 0 ? options_.nofile_hard_limit : own_nofile_hard_limit();
+    adjusted.nofile_limit = hard > 0 ? std::min(spec.nofile_limit, hard) : spec.nofile_limit;
+    adjusted.nofile_clamped = adjusted.nofile_limit < spec.nofile_limit;
+  }
+
+  json::array env;
+  for (const auto& entry : spec.env) {
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) return invalid("environment entry '" + entry + "' is not KEY=VALUE");
+    const std::string_view key(entry.data(), eq);
+    if (looks_secret(key)) {
+      return invalid("environment variable " + std::string(key) +
+                     " looks like a secret; secrets go through the init's config directory");
+    }
+    if (key == kNvidiaVisible) continue;  // always ours, below
+    env.emplace_back(entry);
+  }
+  // CUDA images default to "all": always say which GPUs, or none.
+  std::string visible;
+  for (const auto& uuid : spec.gpu_uuids) visible += (visible.empty() ? "" : ",") + uuid;
+  env.emplace_back(std::string(kNvidiaVisible) + "=" + (visible.empty() ? "void" : visible));
+
+  json::array mounts;
+  if (!options_.init_path.empty()) {
+    mounts.emplace_back(bind_mount(options_.init_path, kInitPathInContainer, true));
+  }
+  if (!spec.init_config_dir.empty()) {
+    mounts.emplace_back(bind_mount(spec.init_config_dir, kInitConfigDirInContainer, true));
+  }
+  for (const auto& m : spec.mounts) {
+    if (m.source.empty() || m.source.front() != '/' || m.target.empty() || m.target.front() != '/') {
+      return invalid("mount paths must be absolute");
+    }
+    if (m.target == "/" || m.target.rfind("/.gpucloud", 0) == 0) {
+      return invalid("mount target " + m.target + " is reserved");
+    }
+    mounts.emplace_back(bind_mount(m.source, m.target, m.read_only));
+  }
+
+  json::object host;
+  host["NanoCpus"] = nano_cpus;
+  if (spec.memory_bytes > 0) {
+    host["Memory"] = spec.memory_bytes;
+    host["MemorySwap"] = spec.memory_bytes;  // equal: no swap beyond the limit
+  }
+  if (spec.pids_limit > 0) host["PidsLimit"] = spec.pids_limit;
+  host["ShmSize"] = spec.shm_bytes > 0      ? spec.shm_bytes
+                    : spec.memory_bytes > 0 ? std::max<std::int64_t>(spec.memory_bytes / 2, kMiB)
+                                            : 64 * kMiB;
+  host["Init"] = true;
+  host["RestartPolicy"] = json::object{{"Name", "no"}};
+  host["Privileged"] = false;
+  host["ReadonlyRootfs"] = false;
+  host["IpcMode"] = "private";
+  host["NetworkMode"] = spec.network.empty() ? std::string("default") : spec.network;
+  host["Mounts"] = std::move(mounts);
+  host["LogConfig"] = json::object{
+      {"Type", "json-file"}, {"Config", json::object{{"max-size", "10m"}, {"max-file", "2"}}}};
+  if (adjusted.nofile_limit > 0) {
+    host["Ulimits"] = json::array{json::object{
+        {"Name", "nofile"}, {"Soft", adjusted.nofile_limit}, {"Hard", adjusted.nofile_limit}}};
+  }
+  if (!spec.gpu_uuids.empty()) {
+    host["DeviceRequests"] = json::array{json::object{
+        {"Driver", "nvidia"},
+        {"DeviceIDs", string_array(spec.gpu_uuids)},
+        {"Capabilities", json::array{json::array{"gpu", "compute", "utility"}}}}};
+  }
+  // Deliberately absent: CapAdd, Devices, SecurityOpt (the default seccomp profile stays),
+  // PidMode/IpcMode/NetworkMode "host", PortBindings (gpucloud publishes with nftables).
+
+  json::object body;
+  body["Image"] = spec.image;
+  if (!spec.hostname.empty()) body["Hostname"] = spec.hostname;
+  body["Labels"] = string_map(spec.labels);
+  body["Env"] = std::move(env);
+  body["Entrypoint"] = json::array{};  // empty, not absent: the image's ENTRYPOINT is not used
+  body["Cmd"] = spec.command.empty()
+                    ? json::array{"/bin/sh", json::string(kInitPathInContainer)}
+                    : string_array(spec.command);
+  body["Tty"] = false;
+  body["OpenStdin"] = false;
+  body["HostConfig"] = std::move(host);
+  if (!spec.network.empty()) {
+    json::object endpoint;
+    if (!spec.ipv4.empty()) endpoint["IPAMConfig"] = json::object{{"IPv4Address", spec.ipv4}};
+    body["NetworkingConfig"] =
+        json::object{{"EndpointsConfig", json::object{{spec.network, std::move(endpoint)}}}};
+  }
+  return CreatePlan{json::value(std::move(body)), std::move(adjusted)};
+}
+
+awaitable<Status> DockerEngineDriver::ping() {
+  const std::chrono::milliseconds timeout(5000);
+  auto res = co_await engine_.request(Method::get, "/_ping", std::nullopt, timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status != 200) co_return fail(docker::engine_error(res->status, res->body));
+  co_return ok();
+}
+
+awaitable<Result<DriverInfo>> DockerEngineDriver::fingerprint() {
+  auto res = co_await engine_.call(Method::get, "/info");
+  if (!res) co_return fail(std::move(res.error()));
+  const json::object* info = res->if_object();
+  DriverInfo out;
+  out.engine = "docker " + string_at(info, "ServerVersion");
+  out.api_version = engine_.options().api_version;
+  out.cgroup_version = std::atoi(string_at(info, "CgroupVersion").c_str());
+  out.cpus = static_cast<int>(int_at(info, "NCPU"));
+  out.memory_bytes = int_at(info, "MemTotal");
+  out.live_restore = bool_at(info, "LiveRestoreEnabled");
+  if (const auto* runtimes = object_at(info, "Runtimes")) out.nvidia_runtime = runtimes->contains("nvidia");
+  co_return out;
+}
+
+awaitable<Result<NetworkInfo>> DockerEngineDriver::ensure_network(NetworkSpec spec) {
+  if (spec.name.empty()) co_return fail(ErrorCode::invalid_argument, "network has no name");
+  if (spec.bridge_name.size() > 15) {
+    co_return fail(ErrorCode::invalid_argument, "bridge name longer than 15 characters");
+  }
+  bool created = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::string target = "/networks/" + url_encode(spec.name);
+    auto res = co_await engine_.request(Method::get, std::move(target));
+    if (!res) co_return fail(std::move(res.error()));
+    json::value found;
+    if (res->status == 200) {
+      boost::system::error_code ec;
+      found = json::parse(res->body, ec);
+      // The engine also matches id prefixes; only an exact name is ours.
+      if (ec || string_at(found.if_object(), "Name") != spec.name) found = nullptr;
+    } else if (res->status != 404) {
+      co_return fail(docker::engine_error(res->status, res->body));
+    }
+
+    if (found.is_object()) {
+      const json::object* net = found.if_object();
+      NetworkInfo info;
+      info.id = string_at(net, "Id");
+      info.name = spec.name;
+      info.created = created;
+      if (const auto* ipam = object_at(net, "IPAM")) {
+        if (const auto* configs = ipam->if_contains("Config"); configs && configs->is_array()) {
+          for (const auto& c : configs->as_array()) {
+            if (info.subnet.empty()) {
+              info.subnet = string_at(c.if_object(), "Subnet");
+              info.gateway = string_at(c.if_object(), "Gateway");
+            }
+          }
+        }
+      }
+      const auto* options = object_at(net, "Options");
+      info.bridge_name = string_at(options, "com.docker.network.bridge.name");
+      if (info.bridge_name.empty() && info.id.size() >= 12) info.bridge_name = "br-" + info.id.substr(0, 12);
+      if (string_at(net, "Driver") != "bridge") {
+        co_return fail(ErrorCode::conflict, "network " + spec.name + " exists and is not a bridge");
+      }
+      if (!spec.subnet.empty() && info.subnet != spec.subnet) {
+        co_return fail(ErrorCode::conflict, "network " + spec.name + " exists with subnet " +
+                                                info.subnet + ", not " + spec.subnet);
+      }
+      const bool icc = string_at(options, "com.docker.network.bridge.enable_icc") != "false";
+      if (icc != spec.icc) {
+        co_return fail(ErrorCode::conflict,
+                       "network " + spec.name + " exists with inter-container traffic " +
+                           (icc ? "on" : "off"));
+      }
+      co_return info;
+    }
+
+    json::object ipam_config;
+    if (!spec.subnet.empty()) ipam_config["Subnet"] = spec.subnet;
+    if (!spec.gateway.empty()) ipam_config["Gateway"] = spec.gateway;
+    json::object options{{"com.docker.network.bridge.enable_icc", spec.icc ? "true" : "false"}};
+    if (!spec.bridge_name.empty()) options["com.docker.network.bridge.name"] = spec.bridge_name;
+    json::object body{
+        {"Name", spec.name},
+        {"Driver", "bridge"},
+        {"CheckDuplicate", true},
+        {"Internal", false},
+        {"EnableIPv6", false},
+        {"Attachable", false},
+        {"Options", std::move(options)},
+        {"Labels", string_map(spec.labels)},
+    };
+    if (!ipam_config.empty()) {
+      body["IPAM"] = json::object{{"Driver", "default"}, {"Config", json::array{std::move(ipam_config)}}};
+    }
+    std::optional<json::value> request_body(std::move(body));
+    auto made = co_await engine_.request(Method::post, "/networks/create", std::move(request_body));
+    if (!made) co_return fail(std::move(made.error()));
+    if (made->status == 201 || made->status == 200) {
+      created = true;
+    } else if (made->status != 409) {  // 409: someone else created it meanwhile; look again
+      co_return fail(docker::engine_error(made->status, made->body));
+    }
+  }
+  co_return fail(ErrorCode::unavailable, "network " + spec.name + " could not be created");
+}
+
+awaitable<Status> DockerEngineDriver::remove_network(std::string name) {
+  std::string target = "/networks/" + url_encode(name);
+  co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404);
+}
+
+awaitable<Result<bool>> DockerEngineDriver::image_present(std::string ref) {
+  // Image references keep their '/' and ':' in the path; the engine parses them there.
+  std::string target = "/images/" + ref + "/json";
+  auto res = co_await engine_.request(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status == 200) co_return true;
+  if (res->status == 404) co_return false;
+  co_return fail(docker::engine_error(res->status, res->body));
+}
+
+awaitable<Result<CreatedContainer>> DockerEngineDriver::create(ContainerSpec spec) {
+  auto plan = plan_create(spec);
+  if (!plan) co_return fail(std::move(plan.error()));
+  std::string target = "/containers/create?name=" + url_encode(spec.name);
+  std::optional<json::value> body(std::move(plan->body));
+  auto res = co_await engine_.call(Method::post, std::move(target), std::move(body));
+  if (!res) co_return fail(std::move(res.error()));
+  CreatedContainer out = std::move(plan->adjusted);
+  out.id = string_at(res->if_object(), "Id");
+  if (out.id.empty()) co_return fail(ErrorCode::internal, "docker engine: create answered no Id");
+  if (const auto* warnings = res->is_object() ? res->as_object().if_contains("Warnings") : nullptr;
+      warnings && warnings->is_array()) {
+    for (const auto& w : warnings->as_array()) {
+      if (w.is_string()) out.warnings.emplace_back(w.as_string());
+    }
+  }
+  co_return out;
+}
+
+awaitable<Status> DockerEngineDriver::start(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/start";
+  co_return co_await expect(engine_, Method::post, std::move(target), std::nullopt, 304);
+}
+
+awaitable<Status> DockerEngineDriver::stop(std::string id, std::chrono::seconds grace) {
+  const auto t = std::max<std::int64_t>(0, grace.count());
+  std::string target = "/containers/" + url_encode(id) + "/stop?t=" + std::to_string(t);
+  const std::chrono::milliseconds timeout = std::chrono::seconds(t + 30);
+  co_return co_await expect(engine_, Method::post, std::move(target), std::nullopt, 304, timeout);
+}
+
+awaitable<Status> DockerEngineDriver::remove(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "?force=1&v=1";
+  const std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404, timeout);
+}
+
+awaitable<Result<ContainerStatus>> DockerEngineDriver::inspect(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/json";
+  auto res = co_await engine_.request(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status == 404) {
+    ContainerStatus gone;
+    gone.exists = false;
+    co_return gone;
+  }
+  if (res->status != 200) co_return fail(docker::engine_error(res->status, res->body));
+  boost::system::error_code ec;
+  json::value parsed = json::parse(res->body, ec);
+  if (ec) co_return fail(ErrorCode::internal, "docker engine: inspect answer is not JSON");
+  co_return parse_container(parsed);
+}
+
+awaitable<Result<std::vector<ContainerStatus>>> DockerEngineDriver::list(
+    std::map<std::string, std::string> label_filter) {
+  json::array labels;
+  for (const auto& [k, v] : label_filter) labels.emplace_back(k + "=" + v);
+  std::string target = "/containers/json?all=1";
+  if (!labels.empty()) {
+    target += "&filters=" + url_encode(json::serialize(json::object{{"label", std::move(labels)}}));
+  }
+  auto res = co_await engine_.call(Method::get, target);
+  if (!res) co_return fail(std::move(res.error()));
+  std::vector<ContainerStatus> out;
+  if (!res->is_array()) co_return out;
+  // The summary lacks exit codes and times: inspect each (a host holds tens, not thousands).
+  for (const auto& entry : res->as_array()) {
+    const std::string id = string_at(entry.if_object(), "Id");
+    if (id.empty()) continue;
+    auto status = co_await inspect(id);
+    if (!status) co_return fail(std::move(status.error()));
+    if (status->exists) out.push_back(std::move(*status));  // removed meanwhile: skip
+  }
+  co_return out;
+}
+
+awaitable<Result<ContainerStatus>> DockerEngineDriver::recover(DriverState state) {
+  if (!state.container_id.empty()) {
+    auto by_id = co_await inspect(state.container_id);
+    if (!by_id || by_id->exists) co_return by_id;
+  }
+  if (!state.container_name.empty()) {
+    auto by_name = co_await inspect(state.container_name);
+    // A name is reused only by us; still check it is the same instance when we can tell.
+    if (!by_name) co_return by_name;
+    if (by_name->exists && by_name->name == state.container_name) co_return by_name;
+  }
+  if (!state.labels.empty()) {
+    auto found = co_await list(state.labels);
+    if (!found) co_return fail(std::move(found.error()));
+    if (found->size() == 1) co_return std::move(found->front());
+    if (found->size() > 1) {
+      co_return fail(ErrorCode::conflict,
+                     std::to_string(found->size()) + " containers carry this instance's labels");
+    }
+  }
+  ContainerStatus gone;
+  gone.exists = false;
+  co_return gone;
+}
+
+awaitable<Result<ContainerStatus>> DockerEngineDriver::wait(std::string id,
+                                                             std::chrono::milliseconds timeout) {
+  // Answers when the container stops; a timeout (transport error) just ends the wait.
+  std::string target = "/containers/" + url_encode(id) + "/wait?condition=not-running";
+  if (timeout < std::chrono::milliseconds(1)) timeout = std::chrono::milliseconds(1);
+  auto res = co_await engine_.request(Method::post, std::move(target), std::nullopt, timeout);
+  if (res && res->status != 200 && res->status != 404) {
+    co_return fail(docker::engine_error(res->status, res->body));
+  }
+  co_return co_await inspect(std::move(id));
+}
+
+awaitable<Result<std::string>> DockerEngineDriver::logs(std::string id, int tail) {
+  // (No conditional operator inside the co_await expression: g++ 12 destroys its
+  // temporary twice.)
+  std::string target = "/containers/" + url_encode(id) + "/logs?stdout=1&stderr=1&tail=";
+  if (tail > 0) {
+    target += std::to_string(tail);
+  } else {
+    target += "all";
+  }
+  auto res = co_await engine_.request(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status != 200) co_return fail(docker::engine_error(res->status, res->body));
+  // Non-TTY containers (ours) answer multiplexed frames; a TTY container raw text.
+  auto demuxed = docker::demux_stream(res->body);
+  if (!demuxed.complete) co_return std::move(res->body);
+  co_return demuxed.out + demuxed.err;
+}
+
+awaitable<Result<ExecResult>> DockerEngineDriver::exec_run(std::string id,
+                                                           std::vector<std::string> argv,
+                                                           std::chrono::milliseconds timeout) {
+  if (argv.empty()) co_return fail(ErrorCode::invalid_argument, "exec needs a command");
+  docker::ExecConfig config;
+  config.cmd = std::move(argv);
+  auto exec_id = co_await engine_.exec_create(id, std::move(config));
+  if (!exec_id) co_return fail(std::move(exec_id.error()));
+  auto conn = co_await engine_.exec_start_hijacked(*exec_id, false);
+  if (!conn) co_return fail(std::move(conn.error()));
+
+  // The timer's handler owns the socket too, so it can never outlive it.
+  auto socket = std::make_shared<local::socket>(std::move(conn->socket));
+  auto timed_out = std::make_shared<bool>(false);
+  net::steady_timer timer(socket->get_executor(), timeout);
+  timer.async_wait([socket, timed_out](const boost::system::error_code& ec) {
+    if (ec) return;
+    *timed_out = true;
+    boost::system::error_code ignored;
+    socket->close(ignored);
+  });
+
+  std::string data = std::move(conn->buffered);
+  std::string chunk(16 * 1024, '\0');
+  for (;;) {
+    boost::system::error_code ec;
+    const std::size_t n =
+        co_await socket->async_read_some(net::buffer(chunk), redirect_error(use_awaitable, ec));
+    data.append(chunk.data(), n);
+    if (ec) break;
+  }
+  timer.cancel();
+  if (*timed_out) {
+    co_return fail(ErrorCode::unavailable,
+                   "exec did not finish within " + std::to_string(timeout.count()) + " ms");
+  }
+  boost::system::error_code ignored;
+  socket->close(ignored);
+
+  ExecResult out;
+  auto demuxed = docker::demux_stream(data);
+  out.out = std::move(demuxed.out);
+  out.err = std::move(demuxed.err);
+  // The stream ends when the process does; the engine records the exit code a moment later.
+  for (int i = 0;; ++i) {
+    auto inspect = co_await engine_.exec_inspect(*exec_id);
+    if (!inspect) co_return fail(std::move(inspect.error()));
+    if (!inspect->running) {
+      out.exit_code = inspect->exit_code;
+      break;
+    }
+    if (i >= 200) co_return fail(ErrorCode::unavailable, "exec output ended but the process runs on");
+    co_await sleep_for(std::chrono::milliseconds(5));
+  }
+  co_return out;
+}
+
+awaitable<Result<std::string>> DockerEngineDriver::exec_capture(std::string id,
+                                                                std::vector<std::string> argv) {
+  const std::string what = argv.empty() ? std::string() : argv.front();
+  auto res = co_await exec_run(std::move(id), std::move(argv), options_.exec_timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->exit_code != 0) {
+    co_return fail(ErrorCode::internal, "exec " + what + " exited " + std::to_string(res->exit_code) +
+                                            ": " + res->err.substr(0, 1000));
+  }
+  co_return std::move(res->out);
+}
+
+awaitable<Result<std::unique_ptr<TerminalSession>>> DockerEngineDriver::exec_tty(
+    std::string id, std::vector<std::string> argv, int rows, int cols,
+    std::vector<std::string> env) {
+  if (argv.empty()) co_return fail(ErrorCode::invalid_argument, "exec needs a command");
+  docker::ExecConfig config;
+  config.cmd = std::move(argv);
+  config.tty = true;
+  config.attach_stdin = true;
+  const bool has_term = std::any_of(env.begin(), env.end(),
+                                    [](const std::string& e) { return e.rfind("TERM=", 0) == 0; });
+  if (!has_term) env.emplace_back("TERM=xterm-256color");
+  config.env = std::move(env);
+  auto exec_id = co_await engine_.exec_create(id, std::move(config));
+  if (!exec_id) co_return fail(std::move(exec_id.error()));
+  auto conn = co_await engine_.exec_start_hijacked(*exec_id, true);
+  if (!conn) co_return fail(std::move(conn.error()));
+  auto session = std::make_unique<DockerTerminal>(engine_, *exec_id, std::move(*conn));
+  // API 1.41 has no initial console size: resize right after start (the process may need a
+  // moment to exist, hence the retries).
+  if (rows > 0 && cols > 0) {
+    Status resized;
+    for (int i = 0; i < 20; ++i) {
+      resized = co_await engine_.exec_resize(*exec_id, rows, cols);
+      if (resized || resized.error().code == ErrorCode::invalid_argument) break;
+      co_await sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!resized) co_return fail(std::move(resized.error()));
+  }
+  co_return std::unique_ptr<TerminalSession>(std::move(session));
+}
+
+awaitable<Result<std::string>> DockerEngineDriver::commit(std::string id, std::string repo,
+                                                          std::string tag,
+                                                          std::map<std::string, std::string> labels) {
+  // The engine merges the container's own config into the image (its env with this
+  // instance's GPUs, its labels, the init as command). Start instead from the config of the
+  // image the container came from, so a saved image looks like its parent plus the files.
+  std::string container_target = "/containers/" + url_encode(id) + "/json";
+  auto container = co_await engine_.call(Method::get, std::move(container_target));
+  if (!container) co_return fail(std::move(container.error()));
+  const std::string parent = string_at(container->if_object(), "Image");
+  std::string image_target = "/images/" + url_encode(parent) + "/json";
+  auto image = co_await engine_.call(Method::get, std::move(image_target));
+  if (!image) co_return fail(std::move(image.error()));
+  json::object config;
+  if (const auto* c = object_at(image->if_object(), "Config")) config = *c;
+  json::object merged_labels;
+  if (const auto* l = config.if_contains("Labels"); l && l->is_object()) merged_labels = l->as_object();
+  for (const auto& [k, v] : labels) merged_labels[k] = v;
+  config["Labels"] = std::move(merged_labels);
+  if (!config.contains("Cmd") || config["Cmd"].is_null()) config["Cmd"] = json::array{"/bin/bash"};
+  if (!config.contains("Entrypoint") || config["Entrypoint"].is_null()) config["Entrypoint"] = json::array{};
+  if (!config.contains("Env") || config["Env"].is_null()) config["Env"] = json::array{};
+  config["Hostname"] = "";
+
+  std::string target = "/commit?container=" + url_encode(id) + "&repo=" + url_encode(repo) +
+                       "&tag=" + url_encode(tag) + "&pause=true";
+  std::optional<json::value> body(std::move(config));
+  const std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  auto res = co_await engine_.call(Method::post, std::move(target), std::move(body), timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  const std::string image_id = string_at(res->if_object(), "Id");
+  if (image_id.empty()) co_return fail(ErrorCode::internal, "docker engine: commit answered no Id");
+  co_return image_id;
+}
+
+awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {
+  std::string target = "/images/" + ref;
+  co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404);
+}
+
+}  // namespace gpucloud::agent

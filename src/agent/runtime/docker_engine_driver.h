@@ -1,0 +1,77 @@
+#pragma once
+// RuntimeDriver over the Docker Engine API (engine_client.h). Instances are long-lived
+// containers with the isolation the spec asks for: never privileged, no added capabilities,
+// the engine's default seccomp profile, its own init (Init=true) running gpucloud's init
+// script, CPU/memory/PID limits with no swap, /dev/shm sized to half the memory, no restart
+// policy, a fixed address on the gpucloud bridge network (inter-container traffic off),
+// NVIDIA_VISIBLE_DEVICES always set, GPUs only by device request.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/json/value.hpp>
+
+#include "agent/runtime/engine_client.h"
+#include "agent/runtime/runtime_driver.h"
+
+namespace gpucloud::agent {
+
+class DockerEngineDriver final : public RuntimeDriver {
+ public:
+  struct Options {
+    docker::EngineClient::Options engine;
+    // Host path of scripts/instance-init/gpucloud-init.sh; bind-mounted read-only at
+    // /.gpucloud/init. Empty: no init mount (then a spec must give its own command).
+    std::string init_path;
+    int host_cpus = 0;                  // 0: std::thread::hardware_concurrency()
+    std::int64_t nofile_hard_limit = 0; // 0: this process's RLIMIT_NOFILE hard limit
+    std::chrono::milliseconds exec_timeout{30'000};  // exec_capture
+  };
+
+  // The engine's container-create request for a spec, and what was capped on the way.
+  // Pure (no engine involved), public for tests.
+  struct CreatePlan {
+    boost::json::value body;
+    CreatedContainer adjusted;  // id empty
+  };
+
+  DockerEngineDriver(boost::asio::any_io_executor executor, Options options);
+
+  Result<CreatePlan> plan_create(const ContainerSpec& spec) const;
+  docker::EngineClient& engine() { return engine_; }
+
+  boost::asio::awaitable<Status> ping() override;
+  boost::asio::awaitable<Result<DriverInfo>> fingerprint() override;
+  boost::asio::awaitable<Result<NetworkInfo>> ensure_network(NetworkSpec spec) override;
+  boost::asio::awaitable<Status> remove_network(std::string name) override;
+  boost::asio::awaitable<Result<bool>> image_present(std::string ref) override;
+  boost::asio::awaitable<Result<CreatedContainer>> create(ContainerSpec spec) override;
+  boost::asio::awaitable<Status> start(std::string id) override;
+  boost::asio::awaitable<Status> stop(std::string id, std::chrono::seconds grace) override;
+  boost::asio::awaitable<Status> remove(std::string id) override;
+  boost::asio::awaitable<Result<ContainerStatus>> inspect(std::string id) override;
+  boost::asio::awaitable<Result<std::vector<ContainerStatus>>> list(
+      std::map<std::string, std::string> label_filter) override;
+  boost::asio::awaitable<Result<ContainerStatus>> recover(DriverState state) override;
+  boost::asio::awaitable<Result<ContainerStatus>> wait(std::string id,
+                                                        std::chrono::milliseconds timeout) override;
+  boost::asio::awaitable<Result<std::string>> logs(std::string id, int tail) override;
+  boost::asio::awaitable<Result<ExecResult>> exec_run(std::string id, std::vector<std::string> argv,
+                                                      std::chrono::milliseconds timeout) override;
+  boost::asio::awaitable<Result<std::string>> exec_capture(std::string id,
+                                                           std::vector<std::string> argv) override;
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> exec_tty(
+      std::string id, std::vector<std::string> argv, int rows, int cols,
+      std::vector<std::string> env) override;
+  boost::asio::awaitable<Result<std::string>> commit(std::string id, std::string repo,
+                                                     std::string tag,
+                                                     std::map<std::string, std::string> labels) override;
+  boost::asio::awaitable<Status> remove_image(std::string ref) override;
+
+ private:
+  docker::EngineClient engine_;
+  Options options_;
+};
+
+}  // namespace gpucloud::agent

@@ -1,0 +1,195 @@
+#pragma once
+// The agent's runtime driver: how instances become containers. Shaped like Nomad's task
+// driver (plugins/drivers/driver.go): fingerprint, create/start, recover after an agent
+// restart from a small persisted state blob, wait, stop, destroy, inspect, exec (captured or
+// with a TTY and resize). Docker Engine today (docker_engine_driver.h), others later.
+//
+// Everything crossing this boundary is a value type; every call is a coroutine for the
+// agent's event loop, and takes its arguments by value (they must outlive suspension).
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "core/result.h"
+
+namespace gpucloud::agent {
+
+// Where the init and its inputs appear inside every instance.
+inline constexpr std::string_view kInitPathInContainer = "/.gpucloud/init";
+inline constexpr std::string_view kInitConfigDirInContainer = "/.gpucloud/config";
+// The line the init prints (to the container log) with the instance's SSH host key.
+inline constexpr std::string_view kHostKeyMarker = "GPUCLOUD-HOST-KEY ";
+// The instance's own host key, generated at first boot; save-image must delete
+// /etc/ssh/ssh_host_* from what it saves.
+inline constexpr std::string_view kHostKeyPath = "/etc/ssh/ssh_host_ed25519_key";
+
+struct Mount {
+  std::string source;  // host path (must exist)
+  std::string target;  // path in the container
+  bool read_only = false;
+};
+
+struct ContainerSpec {
+  std::string name;      // engine container name, e.g. gpucloud-<installation>-<instance id>
+  std::string image;
+  std::string hostname;  // the instance's name
+  std::map<std::string, std::string> labels;  // gpucloud.installation, gpucloud.instance
+  std::vector<std::string> env;               // KEY=VALUE, never secrets (a saved image keeps them)
+  std::vector<std::string> command;           // empty: the gpucloud init (and the image's
+                                              // ENTRYPOINT is ignored either way)
+  double cpus = 1;                       // capped at the host's cores (see CreatedContainer)
+  std::int64_t memory_bytes = 0;         // 0 = no limit; swap is never allowed beyond it
+  std::int64_t pids_limit = 4096;        // 0 = no limit
+  std::int64_t shm_bytes = 0;            // 0 = half the memory limit (64 MiB without one)
+  std::string network;                   // the gpucloud bridge network
+  std::string ipv4;                      // fixed address on it (empty: engine's choice)
+  std::string init_config_dir;           // host dir → /.gpucloud/config, read-only (keys, hash)
+  std::vector<Mount> mounts;             // data disks
+  std::vector<std::string> gpu_uuids;    // real GPUs only: no device request when empty
+  std::int64_t nofile_limit = 0;         // 0 = engine default; clamped to the agent's hard limit
+};
+
+// What create actually asked of the engine where it differs from the spec.
+struct CreatedContainer {
+  std::string id;
+  double cpus = 0;              // applied CPU limit
+  bool cpus_capped = false;     // spec asked for more cores than the host has
+  std::int64_t nofile_limit = 0;
+  bool nofile_clamped = false;  // spec asked for more than the agent's own hard limit
+  std::vector<std::string> warnings;  // the engine's own warnings
+};
+
+struct ContainerStatus {
+  std::string id;
+  std::string name;  // without the engine's leading '/'
+  std::string image;
+  std::map<std::string, std::string> labels;
+  bool exists = true;   // false: no such container (inspect/recover never fail for that)
+  bool running = false;
+  std::string state;    // engine's word: created, running, paused, restarting, exited, dead
+  int exit_code = 0;
+  bool oom_killed = false;  // unreliable on some hosts: exit 137 may be an OOM kill too
+  std::string started_at;   // RFC 3339, empty if never
+  std::string finished_at;  // RFC 3339, empty if never
+  std::string ipv4;         // on the container's network
+  std::int64_t nano_cpus = 0;
+  std::int64_t memory_bytes = 0;
+};
+
+struct NetworkSpec {
+  std::string name;
+  std::string subnet;   // CIDR, e.g. 10.88.0.0/16
+  std::string gateway;  // empty: the engine picks the subnet's first address
+  std::string bridge_name;  // Linux interface name (≤ 15 chars); empty: engine's br-<id>
+  std::map<std::string, std::string> labels;
+  bool icc = false;     // inter-container traffic; off for gpucloud (tenants stay apart)
+};
+
+struct NetworkInfo {
+  std::string id;
+  std::string name;
+  std::string subnet;
+  std::string gateway;
+  std::string bridge_name;  // the host interface, for the firewall
+  bool created = false;     // this call created it
+};
+
+struct DriverInfo {
+  std::string engine;          // e.g. "docker 20.10.24+dfsg1"
+  std::string api_version;     // the pinned one the driver speaks
+  int cgroup_version = 0;
+  int cpus = 0;
+  std::int64_t memory_bytes = 0;
+  bool live_restore = false;   // instances survive an engine restart
+  bool nvidia_runtime = false; // the engine can honour GPU device requests
+};
+
+struct ExecResult {
+  int exit_code = 0;
+  std::string out;
+  std::string err;
+};
+
+// The state an agent persists per instance to re-attach after its own restart (Nomad's
+// TaskHandle.DriverState): opaque to the agent, versioned, small.
+struct DriverState {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string container_id;
+  std::string container_name;
+  std::map<std::string, std::string> labels;  // to find the container if id and name fail
+};
+std::string encode_driver_state(const DriverState& state);
+Result<DriverState> decode_driver_state(std::string_view json);
+
+// The host key out of a container log, from the init's marker line ("ssh-ed25519 AAAA...").
+std::optional<std::string> find_host_key(std::string_view log);
+
+// An interactive exec with a TTY (the web terminal). One read and one write may be
+// outstanding at the same time; no two reads or two writes.
+class TerminalSession {
+ public:
+  virtual ~TerminalSession() = default;
+  // The next output; an empty string once the process has closed its terminal.
+  virtual boost::asio::awaitable<Result<std::string>> read() = 0;
+  virtual boost::asio::awaitable<Status> write(std::string data) = 0;
+  virtual boost::asio::awaitable<Status> resize(int rows, int cols) = 0;
+  // After read() returned "": the process's exit code.
+  virtual boost::asio::awaitable<Result<int>> exit_code() = 0;
+  virtual void close() = 0;
+};
+
+class RuntimeDriver {
+ public:
+  virtual ~RuntimeDriver() = default;
+
+  virtual boost::asio::awaitable<Status> ping() = 0;
+  virtual boost::asio::awaitable<Result<DriverInfo>> fingerprint() = 0;
+
+  virtual boost::asio::awaitable<Result<NetworkInfo>> ensure_network(NetworkSpec spec) = 0;
+  virtual boost::asio::awaitable<Status> remove_network(std::string name) = 0;  // gone = ok
+  virtual boost::asio::awaitable<Result<bool>> image_present(std::string ref) = 0;
+
+  virtual boost::asio::awaitable<Result<CreatedContainer>> create(ContainerSpec spec) = 0;
+  virtual boost::asio::awaitable<Status> start(std::string id) = 0;  // running already = ok
+  // SIGTERM, then SIGKILL after `grace`. Stopped already = ok.
+  virtual boost::asio::awaitable<Status> stop(std::string id, std::chrono::seconds grace) = 0;
+  // Force, with its anonymous volumes. Gone already = ok.
+  virtual boost::asio::awaitable<Status> remove(std::string id) = 0;
+  virtual boost::asio::awaitable<Result<ContainerStatus>> inspect(std::string id) = 0;
+  // Containers in every state carrying all the given labels.
+  virtual boost::asio::awaitable<Result<std::vector<ContainerStatus>>> list(
+      std::map<std::string, std::string> label_filter) = 0;
+  // Re-attach after an agent restart: by id, else by name, else by labels (exactly one).
+  virtual boost::asio::awaitable<Result<ContainerStatus>> recover(DriverState state) = 0;
+  // Until the container is not running or `timeout` passed; then its status.
+  virtual boost::asio::awaitable<Result<ContainerStatus>> wait(std::string id,
+                                                                std::chrono::milliseconds timeout) = 0;
+  // The container's log (stdout and stderr interleaved by stream), last `tail` lines.
+  virtual boost::asio::awaitable<Result<std::string>> logs(std::string id, int tail) = 0;
+
+  virtual boost::asio::awaitable<Result<ExecResult>> exec_run(
+      std::string id, std::vector<std::string> argv, std::chrono::milliseconds timeout) = 0;
+  // exec_run, stdout only; a non-zero exit is an error carrying stderr.
+  virtual boost::asio::awaitable<Result<std::string>> exec_capture(std::string id,
+                                                                   std::vector<std::string> argv) = 0;
+  virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> exec_tty(
+      std::string id, std::vector<std::string> argv, int rows, int cols,
+      std::vector<std::string> env) = 0;
+
+  // Save-image: commits the container's filesystem (not its mounts) as repo:tag. The caller
+  // removes the instance's host keys first (see kHostKeyPath). Returns the image id.
+  virtual boost::asio::awaitable<Result<std::string>> commit(
+      std::string id, std::string repo, std::string tag,
+      std::map<std::string, std::string> labels) = 0;
+  virtual boost::asio::awaitable<Status> remove_image(std::string ref) = 0;  // gone = ok
+};
+
+}  // namespace gpucloud::agent

@@ -1,0 +1,158 @@
+#include "market/hosts.h"
+
+#include <map>
+
+#include "core/ids.h"
+
+namespace gpucloud::market {
+
+namespace {
+std::string offer_model_for(const config::Config& config, const agent::GpuInfo& gpu) {
+  if (const auto* offer = config.offer_for_nvml_name(gpu.model)) return offer->gpu_model;
+  return gpu.model;  // no offer names it: listed under its own name, not in the market
+}
+}  // namespace
+
+Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inv, const config::Config& config,
+                               SysTime now) {
+  auto existing = db.one("SELECT id FROM hosts WHERE name = ?", {inv.name});
+  if (!existing) return fail(existing.error());
+  std::string id = *existing ? (*existing)->text(0) : new_id("h");
+  auto now_us = to_unix_micros(now);
+  if (*existing) {
+    // Capacity may shrink below what is reserved; the CHECK would refuse that, so clamp
+    // capacity at the reserved amount and let the operator see the difference.
+    if (auto s = db.run("UPDATE hosts SET zone = ?, state = 'ready', simulated = ?, inventory_source = ?, "
+                        "inventory_error = ?, engine = ?, cpu = MAX(?, cpu_used), memory_gib = MAX(?, memory_gib_used), "
+                        "port_min = ?, port_max = ?, last_seen = ? WHERE id = ?",
+                        {inv.zone, inv.simulated, inv.inventory_source, inv.inventory_error, inv.engine, inv.cpu,
+                         inv.memory_gib, inv.port_min, inv.port_max, now_us, id});
+        !s)
+      return fail(s.error());
+  } else {
+    if (auto s = db.run("INSERT INTO hosts (id, name, zone, state, simulated, inventory_source, inventory_error, engine, "
+                        "cpu, memory_gib, port_min, port_max, last_seen, created_at) "
+                        "VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        {id, inv.name, inv.zone, inv.simulated, inv.inventory_source, inv.inventory_error, inv.engine,
+                         inv.cpu, inv.memory_gib, inv.port_min, inv.port_max, now_us, now_us});
+        !s)
+      return fail(s.error());
+  }
+  if (auto s = db.run("UPDATE gpus SET present = 0 WHERE host_id = ?", {id}); !s) return fail(s.error());
+  for (const auto& g : inv.gpus) {
+    if (auto s = db.run("INSERT INTO gpus (host_id, idx, uuid, model, reported_name, memory_bytes, pci_bus_id, health, "
+                        "simulated, present) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) "
+                        "ON CONFLICT (host_id, idx) DO UPDATE SET uuid = excluded.uuid, model = excluded.model, "
+                        "reported_name = excluded.reported_name, memory_bytes = excluded.memory_bytes, "
+                        "pci_bus_id = excluded.pci_bus_id, health = excluded.health, simulated = excluded.simulated, "
+                        "present = 1",
+                        {id, g.index, g.uuid, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id,
+                         g.health, g.simulated});
+        !s)
+      return fail(s.error());
+  }
+  auto host = find_host(db, id);
+  if (!host) return fail(host.error());
+  return std::move(**host);
+}
+
+Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
+                      std::optional<SysTime> last_seen) {
+  std::optional<std::int64_t> seen;
+  if (last_seen) seen = to_unix_micros(*last_seen);
+  return db.run("UPDATE hosts SET state = ?, last_seen = COALESCE(?, last_seen) WHERE name = ?",
+                {state, seen, host_name});
+}
+
+namespace {
+constexpr const char* kHostColumns =
+    "id, name, zone, state, simulated, inventory_source, inventory_error, engine, cpu, cpu_used, memory_gib, "
+    "memory_gib_used, port_min, port_max, last_seen";
+
+HostRecord host_from(const store::Row& r) {
+  HostRecord h;
+  h.id = r.text(0);
+  h.name = r.text(1);
+  h.zone = r.text(2);
+  h.state = r.text(3);
+  h.simulated = r.int64(4) != 0;
+  h.inventory_source = r.text(5);
+  h.inventory_error = r.text(6);
+  h.engine = r.text(7);
+  h.cpu = static_cast<int>(r.int64(8));
+  h.cpu_used = static_cast<int>(r.int64(9));
+  h.memory_gib = r.int64(10);
+  h.memory_gib_used = r.int64(11);
+  h.port_min = static_cast<int>(r.int64(12));
+  h.port_max = static_cast<int>(r.int64(13));
+  if (auto seen = r.opt_int64(14)) h.last_seen = from_unix_micros(*seen);
+  return h;
+}
+
+Status attach_gpus(store::Database& db, std::vector<HostRecord>& hosts) {
+  auto rows = db.all(
+      "SELECT g.host_id, g.idx, g.uuid, g.model, g.reported_name, g.memory_bytes, g.pci_bus_id, g.health, g.simulated, "
+      "g.present, r.holder FROM gpus g "
+      "LEFT JOIN gpu_reservations gr ON gr.host_id = g.host_id AND gr.gpu_index = g.idx AND gr.active = 1 "
+      "LEFT JOIN reservations r ON r.id = gr.reservation_id "
+      "ORDER BY g.host_id, g.idx");
+  if (!rows) return fail(rows.error());
+  std::map<std::string, HostRecord*> by_id;
+  for (auto& h : hosts) by_id[h.id] = &h;
+  for (const auto& r : *rows) {
+    auto it = by_id.find(r.text(0));
+    if (it == by_id.end()) continue;
+    it->second->gpus.push_back(GpuRecord{static_cast<int>(r.int64(1)), r.text(2), r.text(3), r.text(4), r.int64(5),
+                                         r.text(6), r.text(7), r.int64(8) != 0, r.int64(9) != 0, r.opt_text(10)});
+  }
+  return ok();
+}
+}  // namespace
+
+Result<std::vector<HostRecord>> list_hosts(store::Database& db) {
+  auto rows = db.all(std::string("SELECT ") + kHostColumns + " FROM hosts ORDER BY name");
+  if (!rows) return fail(rows.error());
+  std::vector<HostRecord> hosts;
+  for (const auto& r : *rows) hosts.push_back(host_from(r));
+  if (auto s = attach_gpus(db, hosts); !s) return fail(s.error());
+  return hosts;
+}
+
+Result<std::optional<HostRecord>> find_host(store::Database& db, const std::string& id_or_name) {
+  auto row = db.one(std::string("SELECT ") + kHostColumns + " FROM hosts WHERE id = ? OR name = ?", {id_or_name, id_or_name});
+  if (!row) return fail(row.error());
+  if (!*row) return std::optional<HostRecord>{};
+  std::vector<HostRecord> one{host_from(**row)};
+  if (auto s = attach_gpus(db, one); !s) return fail(s.error());
+  return std::optional<HostRecord>{std::move(one.front())};
+}
+
+scheduler::HostCapacity to_capacity(const HostRecord& h) {
+  scheduler::HostCapacity c;
+  c.id = h.id;
+  c.name = h.name;
+  c.zone = h.zone;
+  c.ready = h.state == "ready";
+  c.cpu_total = h.cpu;
+  c.cpu_used = h.cpu_used;
+  c.memory_gib_total = h.memory_gib;
+  c.memory_gib_used = h.memory_gib_used;
+  for (const auto& g : h.gpus) {
+    if (!g.present) continue;
+    // An unhealthy GPU is never offered; a reserved one is not free.
+    bool free = !g.reserved_by && g.health == "ok";
+    c.gpus.push_back(scheduler::GpuSlot{g.index, g.uuid, g.model, free});
+  }
+  return c;
+}
+
+Result<std::vector<scheduler::HostCapacity>> load_capacities(store::Database& db) {
+  auto hosts = list_hosts(db);
+  if (!hosts) return fail(hosts.error());
+  std::vector<scheduler::HostCapacity> out;
+  out.reserve(hosts->size());
+  for (const auto& h : *hosts) out.push_back(to_capacity(h));
+  return out;
+}
+
+}  // namespace gpucloud::market

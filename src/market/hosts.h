@@ -1,0 +1,58 @@
+#pragma once
+// Hosts and their GPUs in the store, as registered by agents. The control plane's record
+// of capacity: what the scheduler reads and what reservations change.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/agent_protocol.h"
+#include "config/config.h"
+#include "core/time_format.h"
+#include "scheduler/placement.h"
+#include "store/database.h"
+
+namespace gpucloud::market {
+
+struct GpuRecord {
+  int index = 0;
+  std::string uuid;
+  std::string model;          // the offer's model ("RTX 4090"), mapped from what NVML reports
+  std::string reported_name;  // as the inventory reported it
+  std::int64_t memory_bytes = 0;
+  std::string pci_bus_id;
+  std::string health;
+  bool simulated = false;
+  bool present = true;
+  std::optional<std::string> reserved_by;  // holder (instance id) of the active reservation
+};
+
+struct HostRecord {
+  std::string id;
+  std::string name;
+  std::string zone;
+  std::string state;  // ready | unreachable | draining
+  bool simulated = false;
+  std::string inventory_source;
+  std::string inventory_error;
+  std::string engine;
+  int cpu = 0, cpu_used = 0;
+  std::int64_t memory_gib = 0, memory_gib_used = 0;
+  int port_min = 0, port_max = 0;
+  std::optional<SysTime> last_seen;
+  std::vector<GpuRecord> gpus;
+};
+
+// Records a registration: creates or updates the host and its GPUs (GPUs that vanished stay
+// recorded as not present, so reservations on them still make sense).
+Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inventory, const config::Config& config,
+                               SysTime now);
+Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
+                      std::optional<SysTime> last_seen);
+Result<std::vector<HostRecord>> list_hosts(store::Database& db);
+Result<std::optional<HostRecord>> find_host(store::Database& db, const std::string& id_or_name);
+
+// What the scheduler needs: per host, capacity and free GPUs (healthy, present, unreserved).
+scheduler::HostCapacity to_capacity(const HostRecord& host);
+Result<std::vector<scheduler::HostCapacity>> load_capacities(store::Database& db);
+
+}  // namespace gpucloud::market

@@ -1,0 +1,123 @@
+// GET /zones, GET /market (live gpus_free); operator: GET /admin/hosts, GET/PUT /admin/prices.
+#include "api/json_input.h"
+#include "market/hosts.h"
+#include "market/offers.h"
+#include "market/prices.h"
+#include "server/app.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+json::object list_of(json::array items) { return json::object{{"items", std::move(items)}, {"next_cursor", nullptr}}; }
+
+asio::awaitable<Result<Response>> zones(RequestContext& ctx) {
+  json::array items;
+  for (const auto& z : ctx.app.config().zones)
+    items.push_back(json::object{{"name", z.name}, {"region", z.region}, {"description", z.description}});
+  co_return json_response(200, list_of(std::move(items)));
+}
+
+struct MarketSnapshot {
+  std::vector<market::HostRecord> hosts;
+  market::PriceTable prices;
+};
+
+asio::awaitable<Result<Response>> market_list(RequestContext& ctx) {
+  auto read = [](store::Database& db) -> Result<MarketSnapshot> {
+    auto hosts = market::list_hosts(db);
+    if (!hosts) return tl::unexpected(hosts.error());
+    auto prices = market::load_prices(db);
+    if (!prices) return tl::unexpected(prices.error());
+    return MarketSnapshot{std::move(*hosts), std::move(*prices)};
+  };
+  auto snapshot = co_await ctx.app.store().read(std::move(read));
+  if (!snapshot) co_return tl::unexpected(snapshot.error());
+  co_return json_response(200, list_of(market::market_offers(ctx.app.config(), snapshot->hosts, snapshot->prices)));
+}
+
+json::object host_json(const market::HostRecord& h) {
+  json::array gpus;
+  for (const auto& g : h.gpus) {
+    json::object o{{"index", g.index},
+                   {"uuid", g.uuid},
+                   {"model", g.model},
+                   {"reported_name", g.reported_name},
+                   {"memory_gib", g.memory_bytes / (1LL << 30)},
+                   {"pci_bus_id", g.pci_bus_id},
+                   {"health", g.present ? g.health : std::string("absent")},
+                   {"simulated", g.simulated}};
+    // The holder of the reservation; `instance` names it once it is an instance id.
+    if (g.reserved_by) {
+      o["reserved_by"] = *g.reserved_by;
+      o["instance"] = g.reserved_by->starts_with("i-") ? json::value(*g.reserved_by) : json::value(nullptr);
+    } else {
+      o["reserved_by"] = nullptr;
+      o["instance"] = nullptr;
+    }
+    gpus.push_back(std::move(o));
+  }
+  json::object o;
+  o["id"] = h.id;
+  o["name"] = h.name;
+  o["zone"] = h.zone;
+  o["state"] = h.state;
+  o["simulated"] = h.simulated;
+  o["inventory_source"] = h.inventory_source;
+  o["inventory_error"] = h.inventory_error.empty() ? json::value(nullptr) : json::value(h.inventory_error);
+  o["cpu"] = h.cpu;
+  o["cpu_used"] = h.cpu_used;
+  o["memory_gib"] = h.memory_gib;
+  o["memory_gib_used"] = h.memory_gib_used;
+  o["port_range"] = std::to_string(h.port_min) + "-" + std::to_string(h.port_max);
+  o["gpus"] = std::move(gpus);
+  o["last_seen"] = h.last_seen ? json::value(format_rfc3339(*h.last_seen)) : json::value(nullptr);
+  return o;
+}
+
+asio::awaitable<Result<Response>> admin_hosts(RequestContext& ctx) {
+  auto read = [](store::Database& db) { return market::list_hosts(db); };
+  auto hosts = co_await ctx.app.store().read(std::move(read));
+  if (!hosts) co_return tl::unexpected(hosts.error());
+  json::array items;
+  for (const auto& h : *hosts) items.push_back(host_json(h));
+  co_return json_response(200, list_of(std::move(items)));
+}
+
+asio::awaitable<Result<Response>> get_prices(RequestContext& ctx) {
+  auto read = [](store::Database& db) { return market::load_prices(db); };
+  auto prices = co_await ctx.app.store().read(std::move(read));
+  if (!prices) co_return tl::unexpected(prices.error());
+  co_return json_response(200, market::prices_json(*prices, ctx.app.config().currency));
+}
+
+asio::awaitable<Result<Response>> put_prices(RequestContext& ctx) {
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  std::vector<std::string> models;
+  for (const auto& o : ctx.app.config().offers) models.push_back(o.gpu_model);
+  auto table = market::prices_from_json(*body, models);
+  if (!table) co_return tl::unexpected(table.error());
+  auto save = [table = *table, currency = ctx.app.config().currency](store::Database& db) -> Result<Response> {
+    if (auto s = market::save_prices(db, table); !s) return tl::unexpected(s.error());
+    auto saved = market::load_prices(db);
+    if (!saved) return tl::unexpected(saved.error());
+    return json_response(200, market::prices_json(*saved, currency));
+  };
+  co_return co_await ctx.app.store().write(std::move(save));
+}
+
+}  // namespace
+
+void register_market_routes(App& app) {
+  auto& r = app.router();
+  r.add("GET", "/api/v1/zones", Access::user, "market", "Zones", zones);
+  r.add("GET", "/api/v1/market", Access::user, "market", "GPU offers with live free counts and prices", market_list);
+  r.add("GET", "/api/v1/admin/hosts", Access::admin, "admin", "Hosts, their GPUs and who holds each", admin_hosts);
+  r.add("GET", "/api/v1/admin/prices", Access::admin, "admin", "The price table", get_prices);
+  r.add("PUT", "/api/v1/admin/prices", Access::admin, "admin", "Replace the price table", put_prices);
+}
+
+}  // namespace gpucloud::server

@@ -1,0 +1,68 @@
+#include "server/host_registry.h"
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "market/hosts.h"
+#include "market/prices.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+
+HostRegistry::HostRegistry(asio::any_io_executor loop, const config::Config& config, store::Store& store,
+                           std::unique_ptr<agent::HostAgent> agent, std::chrono::seconds unreachable_after)
+    : loop_(loop), config_(config), store_(store), agent_(std::move(agent)), unreachable_after_(unreachable_after),
+      check_timer_(loop) {}
+
+HostRegistry::~HostRegistry() { check_timer_.cancel(); }
+
+asio::awaitable<Status> HostRegistry::start() {
+  agent_->on_heartbeat([this](agent::Heartbeat beat) { on_heartbeat(std::move(beat)); });
+  auto hosts = co_await agent_->register_hosts();
+  if (!hosts) co_return tl::unexpected(hosts.error());
+  auto record = [this, hosts = *hosts](store::Database& db) -> Status {
+    if (auto s = market::seed_prices(db, config_); !s) return s;
+    for (const auto& inventory : hosts) {
+      auto host = market::upsert_host(db, inventory, config_, system_now());
+      if (!host) return tl::unexpected(host.error());
+    }
+    return ok();
+  };
+  if (auto s = co_await store_.write(std::move(record)); !s) co_return s;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& h : *hosts) {
+    last_heartbeat_[h.name] = now;
+    reachable_[h.name] = true;
+    spdlog::info(R"({{"event":"host_registered","host":"{}","zone":"{}","gpus":{},"inventory":"{}"}})", h.name, h.zone,
+                 h.gpus.size(), h.inventory_source);
+  }
+  schedule_check();
+  co_return ok();
+}
+
+void HostRegistry::on_heartbeat(agent::Heartbeat beat) { last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now(); }
+
+void HostRegistry::schedule_check() {
+  check_timer_.expires_after(std::chrono::seconds(5));
+  check_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    asio::co_spawn(loop_, check_liveness(), asio::detached);
+  });
+}
+
+asio::awaitable<void> HostRegistry::check_liveness() {
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [name, seen] : last_heartbeat_) {
+    bool alive = now - seen < unreachable_after_;
+    if (alive == reachable_[name]) continue;
+    reachable_[name] = alive;
+    auto update = [name, alive](store::Database& db) {
+      return market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
+    };
+    if (auto s = co_await store_.write(std::move(update)); !s) spdlog::warn("host {}: {}", name, s.error().detail);
+    spdlog::info(R"({{"event":"host_{}","host":"{}"}})", alive ? "ready" : "unreachable", name);
+  }
+  schedule_check();
+}
+
+}  // namespace gpucloud::server

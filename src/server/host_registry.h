@@ -1,0 +1,43 @@
+#pragma once
+// The control plane's side of the agent interface: records registrations, follows
+// heartbeats (monotonic clock) and marks hosts unreachable when they stop.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "agent/host_agent.h"
+#include "config/config.h"
+#include "store/store.h"
+
+namespace gpucloud::server {
+
+class HostRegistry {
+ public:
+  HostRegistry(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store,
+               std::unique_ptr<agent::HostAgent> agent, std::chrono::seconds unreachable_after = std::chrono::seconds(30));
+  ~HostRegistry();
+
+  // Registers the agent's hosts (inventory into the store) and starts following heartbeats.
+  boost::asio::awaitable<Status> start();
+  agent::HostAgent& agent() { return *agent_; }
+
+ private:
+  void on_heartbeat(agent::Heartbeat beat);
+  void schedule_check();
+  boost::asio::awaitable<void> check_liveness();
+
+  boost::asio::any_io_executor loop_;
+  const config::Config& config_;
+  store::Store& store_;
+  std::unique_ptr<agent::HostAgent> agent_;
+  std::chrono::seconds unreachable_after_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_heartbeat_;
+  std::map<std::string, bool> reachable_;
+  boost::asio::steady_timer check_timer_;
+};
+
+}  // namespace gpucloud::server
