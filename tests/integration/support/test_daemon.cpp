@@ -103,6 +103,7 @@ void TestDaemon::start() {
     dup2(fd, 1);
     dup2(fd, 2);
     setenv("GPUCLOUD_ADMIN_PASSWORD", options_.admin_password.c_str(), 1);
+    for (const auto& [k, v] : options_.env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<std::string> args = {GPUCLOUD_BIN_DIR "/gpucloudd", "--listen", "127.0.0.1:0", "--data-dir", data_dir_};
     if (!options_.config_toml.empty()) {
       args.push_back("--config");

@@ -27,6 +27,7 @@ struct DaemonOptions {
   std::string config_toml;  // written to DATA_DIR/../gpucloud.toml when non-empty
   bool test_clock = false;
   std::string admin_password = "admin-password-1";
+  std::map<std::string, std::string> env = {{"GPUCLOUD_AGENT_TRANSPORT", "loopback-json"}};
 };
 
 class TestDaemon {

@@ -1,0 +1,586 @@
+// The command dispatcher end to end on a fake transport: requests sent, output, exit codes.
+#include "cli/app.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <deque>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+namespace gpucloud::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+struct Canned {
+  std::string method;
+  std::string target;
+  HttpResponse response;
+  bool repeat = false;  // answer every matching request, not just the next one
+};
+
+// Shared by every transport the dispatcher creates.
+struct FakeServer {
+  std::deque<Canned> script;
+  std::vector<HttpRequest> requests;
+  std::vector<std::string> endpoints;
+  bool refuse_connections = false;
+
+  void on(std::string method, std::string target, int status, std::string body,
+          bool repeat = false) {
+    HttpResponse r;
+    r.status = status;
+    r.body = std::move(body);
+    r.content_type = status >= 400 ? "application/problem+json" : "application/json";
+    script.push_back({std::move(method), std::move(target), std::move(r), repeat});
+  }
+  void problem(std::string method, std::string target, int status, const std::string& code,
+               const std::string& detail) {
+    json::object p{{"type", "about:blank"}, {"title", "x"}, {"status", status},
+                   {"detail", detail}, {"code", code}};
+    on(std::move(method), std::move(target), status, json::serialize(p));
+  }
+};
+
+class FakeTransport : public HttpTransport {
+ public:
+  FakeTransport(FakeServer& server, Endpoint endpoint)
+      : server_(server), endpoint_(std::move(endpoint)) {}
+  Result<HttpResponse> send(const HttpRequest& request) override {
+    server_.requests.push_back(request);
+    if (server_.refuse_connections) {
+      return fail(ErrorCode::unavailable, "cannot connect to gpucloud at " + endpoint_.url +
+                                              ": Connection refused");
+    }
+    for (auto it = server_.script.begin(); it != server_.script.end(); ++it) {
+      if (it->method == request.method && it->target == request.target) {
+        HttpResponse r = it->response;
+        if (!it->repeat) server_.script.erase(it);
+        return r;
+      }
+    }
+    HttpResponse r;
+    r.status = 404;
+    r.content_type = "application/problem+json";
+    r.body = R"({"status":404,"code":"not_found","detail":"no canned answer for )" +
+             request.method + " " + request.target + "\"}";
+    return r;
+  }
+
+ private:
+  FakeServer& server_;
+  Endpoint endpoint_;
+};
+
+class CliAppTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "gpucloud-cli-app-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    env_["XDG_CONFIG_HOME"] = (dir_ / "config").string();
+    env_["HOME"] = (dir_ / "home").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  int run(std::vector<std::string> args) {
+    out_.str("");
+    err_.str("");
+    in_.clear();
+    in_.str(stdin_);
+    Deps deps;
+    deps.in = &in_;
+    deps.out = &out_;
+    deps.err = &err_;
+    deps.env = [this](std::string_view name) -> std::optional<std::string> {
+      auto it = env_.find(std::string(name));
+      if (it == env_.end()) return std::nullopt;
+      return it->second;
+    };
+    deps.connect = [this](const Endpoint& ep) {
+      server_.endpoints.push_back(ep.url);
+      return std::make_unique<FakeTransport>(server_, ep);
+    };
+    deps.stdin_is_tty = [this] { return tty_; };
+    deps.stderr_is_tty = [] { return false; };
+    deps.prompt = [this](const std::string& prompt, bool secret) -> std::optional<std::string> {
+      prompts_.push_back(prompt);
+      if (answers_.empty()) return std::nullopt;
+      std::string a = answers_.front();
+      answers_.pop_front();
+      return a;
+    };
+    deps.sleep = [this](std::chrono::milliseconds d) { clock_ += d; };
+    deps.now = [this] { return std::chrono::steady_clock::time_point(clock_); };
+    deps.random_key = [this] { return "key-" + std::to_string(++keys_); };
+    args.insert(args.begin(), "gpucloud");
+    return run_cli(args, deps);
+  }
+
+  fs::path config_file() const { return dir_ / "config" / "gpucloud" / "config.toml"; }
+  void write_config(const std::string& text) {
+    fs::create_directories(config_file().parent_path());
+    std::ofstream(config_file()) << text;
+  }
+  std::string read_config() const {
+    std::ifstream f(config_file());
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  const HttpRequest& last() const { return server_.requests.back(); }
+  json::value body_of(const HttpRequest& r) const { return json::parse(r.body); }
+
+  fs::path dir_;
+  std::map<std::string, std::string> env_;
+  FakeServer server_;
+  std::string stdin_;
+  std::istringstream in_;
+  std::ostringstream out_, err_;
+  bool tty_ = false;
+  std::deque<std::string> answers_;
+  std::vector<std::string> prompts_;
+  std::chrono::steady_clock::duration clock_{};
+  int keys_ = 0;
+};
+
+const char* kRunning = R"({"id":"i-1","name":"train-1","state":"running","zone":"zone-a",
+  "host":"node-1","gpu_model":"RTX 4090","gpu_count":1,
+  "gpus":[{"index":0,"uuid":"GPU-1","simulated":true}],
+  "ssh":{"host":"10.0.0.1","port":30022,"user":"root","command":"ssh -p 30022 root@10.0.0.1",
+         "host_key":"ssh-ed25519 AAAAC3Nz"},
+  "ports":[{"port":22,"protocol":"tcp","host":"10.0.0.1","host_port":30022,"allowed":true},
+           {"port":8888,"protocol":"tcp","host":"10.0.0.1","host_port":30023,"allowed":false}],
+  "billing":{"mode":"hourly","auto_renew":false,"expires_at":null,"price_per_hour":198},
+  "run_seconds":3725,"charged":204,"created_at":"2025-01-01T00:00:00Z"})";
+
+std::string with_state(const char* base, const std::string& state,
+                       const std::string& reason = "") {
+  json::value v = json::parse(base);
+  v.as_object()["state"] = state;
+  if (!reason.empty()) v.as_object()["state_reason"] = reason;
+  return json::serialize(v);
+}
+
+TEST_F(CliAppTest, WhoamiPrintsTheUserAndSendsTheStoredToken) {
+  write_config("endpoint = \"http://cloud:8080\"\ntoken = \"stored\"\n");
+  server_.on("GET", "/api/v1/me", 200,
+             R"({"id":"u-1","username":"alice","role":"user","created_at":"2025-01-01T00:00:00Z"})");
+  EXPECT_EQ(run({"whoami"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("username: alice"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("endpoint: http://cloud:8080"), std::string::npos);
+  EXPECT_EQ(last().header("Authorization"), "Bearer stored");
+  EXPECT_EQ(server_.endpoints.back(), "http://cloud:8080");
+}
+
+TEST_F(CliAppTest, FlagsBeatEnvironmentBeatsFile) {
+  write_config("endpoint = \"http://cloud:8080\"\ntoken = \"stored\"\n");
+  env_["GPUCLOUD_TOKEN"] = "from-env";
+  server_.on("GET", "/api/v1/me", 200, R"({"username":"a"})", true);
+  EXPECT_EQ(run({"whoami"}), 0);
+  EXPECT_EQ(last().header("Authorization"), "Bearer from-env");
+  EXPECT_EQ(run({"whoami", "--token", "from-flag", "--endpoint", "http://other:1"}), 0);
+  EXPECT_EQ(last().header("Authorization"), "Bearer from-flag");
+  EXPECT_EQ(server_.endpoints.back(), "http://other:1");
+  env_["GPUCLOUD_ENDPOINT"] = "http://env-host:2";
+  EXPECT_EQ(run({"--json", "whoami"}), 0);
+  EXPECT_EQ(server_.endpoints.back(), "http://env-host:2");
+}
+
+TEST_F(CliAppTest, ApiRefusalPrintsDetailAndExitsOne) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.problem("POST", "/api/v1/instances/train-1/stop", 409, "conflict",
+                  "instance train-1 is stopped");
+  EXPECT_EQ(run({"stop", "train-1"}), 1);
+  EXPECT_EQ(err_.str(), "error: instance train-1 is stopped\n");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CliAppTest, UnauthorizedWithoutTokenHintsAtLogin) {
+  server_.problem("GET", "/api/v1/instances", 401, "unauthorized", "missing bearer token");
+  EXPECT_EQ(run({"ls"}), 1);
+  EXPECT_EQ(err_.str().rfind("error: missing bearer token\n", 0), 0u) << err_.str();
+  EXPECT_NE(err_.str().find("gpucloud login"), std::string::npos);
+}
+
+TEST_F(CliAppTest, ConnectionFailureExitsOneNamingTheEndpoint) {
+  server_.refuse_connections = true;
+  EXPECT_EQ(run({"market"}), 1);
+  EXPECT_NE(err_.str().find("http://127.0.0.1:8080"), std::string::npos) << err_.str();
+  EXPECT_EQ(err_.str().rfind("error: ", 0), 0u);
+}
+
+TEST_F(CliAppTest, UsageErrorsExitTwoWithoutSendingAnything) {
+  EXPECT_EQ(run({"create", "x", "--gpu", "RTX 4090", "--image", "base"}), 2);
+  EXPECT_NE(err_.str().find("MODEL:COUNT"), std::string::npos) << err_.str();
+  EXPECT_EQ(run({"create", "x", "--image", "base"}), 2);
+  EXPECT_EQ(run({"create", "--gpu", "RTX 4090:1", "--image", "base"}), 2);  // no NAME
+  EXPECT_EQ(run({"create", "x", "--gpu", "A:1", "--image", "b", "--billing", "daily"}), 2);
+  EXPECT_EQ(run({"nonsense"}), 2);
+  EXPECT_NE(err_.str().find("unknown command \"nonsense\""), std::string::npos) << err_.str();
+  EXPECT_EQ(run({"--endpoint", "http://x:1", "nonsense"}), 2);
+  EXPECT_NE(err_.str().find("unknown command \"nonsense\""), std::string::npos) << err_.str();
+  EXPECT_EQ(run({"ls", "extra"}), 2);
+  EXPECT_EQ(run({}), 2);
+  EXPECT_EQ(run({"token"}), 2);
+  EXPECT_EQ(run({"ls", "--bogus"}), 2);
+  EXPECT_EQ(run({"admin", "credit", "alice", "12.345"}), 2);
+  EXPECT_EQ(run({"admin", "clock", "advance", "soon"}), 2);
+  EXPECT_EQ(run({"--endpoint", "https://secure", "ls"}), 2);
+  EXPECT_EQ(run({"key", "add", "k", "--file", (dir_ / "missing.pub").string()}), 2);
+  EXPECT_TRUE(server_.requests.empty());
+}
+
+TEST_F(CliAppTest, HelpAndVersionExitZero) {
+  EXPECT_EQ(run({"--help"}), 0);
+  EXPECT_NE(out_.str().find("create"), std::string::npos);
+  EXPECT_EQ(run({"create", "--help"}), 0);
+  EXPECT_NE(out_.str().find("--gpu"), std::string::npos);
+  EXPECT_EQ(run({"--version"}), 0);
+}
+
+TEST_F(CliAppTest, CreateWaitsUntilRunningAndPrintsTheSshCommand) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "creating"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "starting"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, kRunning);
+  EXPECT_EQ(run({"create", "train-1", "--gpu", "RTX 4090:1", "--image", "base", "--port",
+                 "8888", "--key", "laptop"}),
+            0)
+      << err_.str();
+  const HttpRequest& post = server_.requests.front();
+  EXPECT_EQ(post.method, "POST");
+  EXPECT_EQ(post.header("Idempotency-Key"), "key-1");
+  EXPECT_EQ(body_of(post), json::parse(R"({"name":"train-1","gpu_model":"RTX 4090",
+      "gpu_count":1,"image":"base","ports":[22,8888],"ssh_keys":["laptop"]})"));
+  EXPECT_EQ(server_.requests.size(), 4u);
+  EXPECT_NE(out_.str().find("ssh -p 30022 root@10.0.0.1"), std::string::npos) << out_.str();
+  // One progress line (stderr is not a terminal here: printed once at the end).
+  EXPECT_EQ(err_.str(), "creating… starting… running (0.9 s)\n");
+}
+
+TEST_F(CliAppTest, CreateReportsTheErrorState) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"));
+  server_.on("GET", "/api/v1/instances/i-1", 200,
+             with_state(kRunning, "error", "image pull failed: not found"));
+  EXPECT_EQ(run({"create", "train-1", "--no-gpu", "--image", "base"}), 1);
+  EXPECT_NE(err_.str().find("error: instance train-1 failed: image pull failed: not found"),
+            std::string::npos)
+      << err_.str();
+}
+
+TEST_F(CliAppTest, CreateNoWaitAndJsonPrintTheApiAnswer) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"));
+  EXPECT_EQ(run({"create", "train-1", "--no-gpu", "--image", "base", "--no-wait", "--json"}), 0);
+  json::value printed = json::parse(out_.str());
+  EXPECT_EQ(printed.at("state"), "creating");
+  EXPECT_EQ(server_.requests.size(), 1u);
+}
+
+TEST_F(CliAppTest, CreateReadsThePasswordFromStdin) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  stdin_ = "s3cret pass\n";
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"));
+  EXPECT_EQ(run({"create", "t", "--no-gpu", "--image", "b", "--password-stdin", "--no-wait"}), 0);
+  EXPECT_EQ(body_of(last()).at("password"), "s3cret pass");
+}
+
+TEST_F(CliAppTest, EachInvocationGetsItsOwnIdempotencyKey) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"), true);
+  EXPECT_EQ(run({"create", "a", "--no-gpu", "--image", "b", "--no-wait"}), 0);
+  EXPECT_EQ(run({"create", "b", "--no-gpu", "--image", "b", "--no-wait"}), 0);
+  EXPECT_NE(server_.requests[0].header("Idempotency-Key"),
+            server_.requests[1].header("Idempotency-Key"));
+}
+
+TEST_F(CliAppTest, CreateRetriesWithTheSameKeyWhenTheServerIsUnavailable) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.problem("POST", "/api/v1/instances", 503, "unavailable", "database is restarting");
+  server_.on("POST", "/api/v1/instances", 202, with_state(kRunning, "creating"));
+  server_.problem("GET", "/api/v1/instances/i-1", 503, "unavailable", "restarting");
+  server_.on("GET", "/api/v1/instances/i-1", 200, kRunning);
+  EXPECT_EQ(run({"create", "train-1", "--no-gpu", "--image", "b"}), 0) << err_.str();
+  ASSERT_EQ(server_.requests.size(), 4u);
+  EXPECT_EQ(server_.requests[0].header("Idempotency-Key"), "key-1");
+  EXPECT_EQ(server_.requests[1].header("Idempotency-Key"), "key-1");
+
+  server_.refuse_connections = true;
+  server_.requests.clear();
+  EXPECT_EQ(run({"create", "train-2", "--no-gpu", "--image", "b"}), 1);
+  EXPECT_EQ(server_.requests.size(), 3u);
+  EXPECT_NE(err_.str().find("http://127.0.0.1:8080"), std::string::npos);
+}
+
+TEST_F(CliAppTest, StopWaitsForStopped) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances/train-1/stop", 202, with_state(kRunning, "stopping"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "stopped"));
+  EXPECT_EQ(run({"stop", "train-1"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Instance train-1 is stopped.\n");
+}
+
+TEST_F(CliAppTest, StartThatFallsBackToStoppedFails) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances/train-1/start", 202, with_state(kRunning, "starting"));
+  server_.on("GET", "/api/v1/instances/i-1", 200,
+             with_state(kRunning, "stopped", "container exited 1"));
+  EXPECT_EQ(run({"start", "train-1", "--no-gpu"}), 1);
+  EXPECT_EQ(body_of(server_.requests.front()), (json::object{{"no_gpu", true}}));
+  EXPECT_NE(err_.str().find("error: instance train-1 is stopped: container exited 1"),
+            std::string::npos)
+      << err_.str();
+}
+
+TEST_F(CliAppTest, RestartMayPassThroughStopped) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances/train-1/restart", 202, with_state(kRunning, "stopping"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "stopped"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "starting"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, kRunning);
+  EXPECT_EQ(run({"restart", "train-1"}), 0) << err_.str();
+}
+
+TEST_F(CliAppTest, ReleaseWithoutYesOffATerminalIsAUsageError) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  EXPECT_EQ(run({"release", "train-1"}), 2);
+  EXPECT_NE(err_.str().find("--yes"), std::string::npos);
+  EXPECT_TRUE(server_.requests.empty());
+}
+
+TEST_F(CliAppTest, ReleaseWithYesDeletesAndWaitsTillGone) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("DELETE", "/api/v1/instances/train-1", 202, with_state(kRunning, "releasing"));
+  // The released instance answers 404 by then: that is released too.
+  EXPECT_EQ(run({"release", "train-1", "--yes"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Instance train-1 is released.\n");
+}
+
+TEST_F(CliAppTest, ReleaseOnATerminalAsksAndWarnsAboutSubscriptions) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  tty_ = true;
+  json::value sub = json::parse(kRunning);
+  sub.as_object()["billing"] = json::parse(
+      R"({"mode":"monthly","auto_renew":true,"expires_at":"2025-02-01T00:00:00Z","price_per_hour":100})");
+  server_.on("GET", "/api/v1/instances/train-1", 200, json::serialize(sub), true);
+  answers_ = {"n"};
+  EXPECT_EQ(run({"release", "train-1"}), 1);
+  ASSERT_EQ(prompts_.size(), 1u);
+  EXPECT_NE(prompts_[0].find("refunds nothing"), std::string::npos) << prompts_[0];
+  EXPECT_EQ(server_.requests.size(), 1u);  // only the GET
+
+  server_.on("DELETE", "/api/v1/instances/train-1", 202, with_state(kRunning, "releasing"));
+  server_.on("GET", "/api/v1/instances/i-1", 200, with_state(kRunning, "released"));
+  answers_ = {"y"};
+  EXPECT_EQ(run({"release", "train-1", "--no-wait"}), 0) << err_.str();
+  EXPECT_EQ(last().method, "DELETE");
+}
+
+TEST_F(CliAppTest, LsAllAndShow) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("GET", "/api/v1/instances?all=true", 200,
+             std::string(R"({"items":[)") + kRunning + R"(],"next_cursor":null})");
+  EXPECT_EQ(run({"ls", "--all"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("NAME     OWNER  STATE"), std::string::npos) << out_.str();
+
+  server_.on("GET", "/api/v1/instances/train-1", 200, kRunning);
+  EXPECT_EQ(run({"show", "train-1"}), 0) << err_.str();
+  const std::string s = out_.str();
+  EXPECT_NE(s.find("ssh -p 30022 root@10.0.0.1"), std::string::npos) << s;
+  EXPECT_NE(s.find("ssh-ed25519 AAAAC3Nz"), std::string::npos) << s;
+  EXPECT_NE(s.find("8888/tcp → 10.0.0.1:30023 (not allowed by the security group)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("hourly, ¥1.98/h"), std::string::npos) << s;
+  EXPECT_NE(s.find("charged:        ¥2.04"), std::string::npos) << s;
+  EXPECT_NE(s.find("GPU-1 (simulated)"), std::string::npos) << s;
+}
+
+TEST_F(CliAppTest, EstimateSendsTheCreateBody) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/billing/estimate", 200,
+             R"({"per_hour":198,"per_day":4752,"per_week":33264,"per_month":142560,"upfront":0,"storage_per_day":0})");
+  EXPECT_EQ(run({"estimate", "--gpu", "RTX 4090:1", "--image", "base"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()).at("gpu_count"), 1);
+  EXPECT_NE(out_.str().find("per hour:        ¥1.98"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("per day:         ¥47.52"), std::string::npos) << out_.str();
+}
+
+TEST_F(CliAppTest, LoginStoresTokenAndEndpointInA0600File) {
+  stdin_ = "correct horse\n";
+  server_.on("POST", "/api/v1/auth/login", 200,
+             R"({"token":"sess-123","expires_at":"2025-01-02T00:00:00Z"})");
+  EXPECT_EQ(run({"login", "--endpoint", "http://cloud:8080", "--username", "alice",
+                 "--password-stdin"}),
+            0)
+      << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"username", "alice"}, {"password", "correct horse"}}));
+  EXPECT_EQ(last().header("Authorization"), "");
+  std::string config = read_config();
+  EXPECT_NE(config.find("sess-123"), std::string::npos) << config;
+  EXPECT_NE(config.find("http://cloud:8080"), std::string::npos) << config;
+  struct stat st {};
+  ASSERT_EQ(::stat(config_file().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+
+  // Next commands use the stored endpoint and token.
+  server_.on("GET", "/api/v1/me", 200, R"({"username":"alice"})");
+  EXPECT_EQ(run({"whoami"}), 0);
+  EXPECT_EQ(server_.endpoints.back(), "http://cloud:8080");
+  EXPECT_EQ(last().header("Authorization"), "Bearer sess-123");
+
+  // Logout revokes it on the server and forgets it here.
+  server_.on("POST", "/api/v1/auth/logout", 204, "");
+  EXPECT_EQ(run({"logout"}), 0) << err_.str();
+  EXPECT_EQ(last().header("Authorization"), "Bearer sess-123");
+  EXPECT_EQ(read_config().find("sess-123"), std::string::npos);
+  EXPECT_NE(read_config().find("http://cloud:8080"), std::string::npos);
+
+  // Logging in again never sends the stored (or any) token along with the password.
+  env_["GPUCLOUD_TOKEN"] = "env-token";
+  stdin_ = "correct horse\n";
+  server_.on("POST", "/api/v1/auth/login", 200, R"({"token":"sess-456"})");
+  EXPECT_EQ(run({"login", "--username", "alice", "--password-stdin"}), 0) << err_.str();
+  EXPECT_EQ(last().header("Authorization"), "");
+  EXPECT_NE(err_.str().find("GPUCLOUD_TOKEN"), std::string::npos);
+  EXPECT_NE(read_config().find("sess-456"), std::string::npos);
+}
+
+TEST_F(CliAppTest, LoginReadsUsernameAndPasswordFromStdinLinesOffATerminal) {
+  stdin_ = "bob\npassword1\n";
+  server_.on("POST", "/api/v1/auth/login", 200, R"({"token":"x"})");
+  EXPECT_EQ(run({"login"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"username", "bob"}, {"password", "password1"}}));
+}
+
+TEST_F(CliAppTest, LoginOnATerminalPromptsWithoutEcho) {
+  tty_ = true;
+  answers_ = {"carol", "pw-on-tty"};
+  server_.problem("POST", "/api/v1/auth/login", 401, "unauthorized", "wrong username or password");
+  EXPECT_EQ(run({"login"}), 1);
+  EXPECT_EQ(err_.str().rfind("error: wrong username or password", 0), 0u) << err_.str();
+  EXPECT_EQ(prompts_, (std::vector<std::string>{"Username: ", "Password: "}));
+  EXPECT_FALSE(fs::exists(config_file()));
+}
+
+TEST_F(CliAppTest, RegisterAsksTwiceOnATerminal) {
+  tty_ = true;
+  answers_ = {"pw-one-1", "pw-one-2"};
+  EXPECT_EQ(run({"register", "--username", "dave"}), 2);
+  EXPECT_NE(err_.str().find("do not match"), std::string::npos);
+  EXPECT_TRUE(server_.requests.empty());
+
+  answers_ = {"same-pass", "same-pass"};
+  server_.on("POST", "/api/v1/auth/register", 201, R"({"id":"u-9","username":"dave"})");
+  EXPECT_EQ(run({"register", "--username", "dave"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"username", "dave"}, {"password", "same-pass"}}));
+}
+
+TEST_F(CliAppTest, PasswdReadsOldAndNewFromStdin) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  stdin_ = "old-pass\nnew-pass\n";
+  server_.on("PUT", "/api/v1/me/password", 204, "");
+  EXPECT_EQ(run({"passwd", "--password-stdin"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()),
+            (json::object{{"old_password", "old-pass"}, {"new_password", "new-pass"}}));
+  stdin_ = "only-one\n";
+  EXPECT_EQ(run({"passwd", "--password-stdin"}), 2);
+}
+
+TEST_F(CliAppTest, Tokens) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/tokens", 201, R"({"id":"tok-1","name":"ci","token":"gct_secret"})");
+  EXPECT_EQ(run({"token", "create", "ci"}), 0);
+  EXPECT_EQ(out_.str(), "gct_secret\n");
+  EXPECT_FALSE(last().header("Idempotency-Key").empty());
+  server_.on("GET", "/api/v1/tokens", 200, R"({"items":[{"id":"tok-1","name":"ci"}],"next_cursor":null})");
+  EXPECT_EQ(run({"token", "ls"}), 0);
+  EXPECT_NE(out_.str().find("tok-1"), std::string::npos);
+  server_.on("DELETE", "/api/v1/tokens/tok-1", 204, "");
+  EXPECT_EQ(run({"token", "rm", "tok-1"}), 0);
+}
+
+TEST_F(CliAppTest, KeysUploadThePublicKeyFile) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  fs::create_directories(dir_ / "home" / ".ssh");
+  std::ofstream(dir_ / "home" / ".ssh" / "id_ed25519.pub") << "ssh-ed25519 AAAAC3 me@laptop\n";
+  std::ofstream(dir_ / "home" / ".ssh" / "id_ed25519")
+      << "-----BEGIN OPENSSH PRIVATE KEY-----\nxx\n";
+  server_.on("POST", "/api/v1/ssh-keys", 201, R"({"id":"key-1","name":"laptop"})");
+  EXPECT_EQ(run({"key", "add", "laptop", "--file", "~/.ssh/id_ed25519.pub"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"name", "laptop"},
+                                           {"public_key", "ssh-ed25519 AAAAC3 me@laptop"}}));
+  EXPECT_EQ(run({"key", "add", "laptop", "--file", "~/.ssh/id_ed25519"}), 2);
+  EXPECT_NE(err_.str().find("private key"), std::string::npos);
+
+  server_.on("GET", "/api/v1/ssh-keys", 200,
+             R"({"items":[{"id":"key-1","name":"laptop","public_key":"ssh-ed25519 AAAAC3 me@laptop"}]})");
+  EXPECT_EQ(run({"key", "ls"}), 0);
+  EXPECT_NE(out_.str().find("ssh-ed25519 … me@laptop"), std::string::npos) << out_.str();
+  server_.on("DELETE", "/api/v1/ssh-keys/laptop", 204, "");
+  EXPECT_EQ(run({"key", "rm", "laptop"}), 0);
+}
+
+TEST_F(CliAppTest, MarketJsonIsTheApiJson) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  const char* market = R"({"items":[{"zone":"zone-a","gpu_model":"RTX 4090","gpus_free":3}],"next_cursor":null})";
+  server_.on("GET", "/api/v1/market", 200, market);
+  EXPECT_EQ(run({"market", "--json"}), 0);
+  EXPECT_EQ(json::parse(out_.str()), json::parse(market));
+}
+
+TEST_F(CliAppTest, AdminCreditConvertsToFenWithAnIdempotencyKey) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/admin/users/alice/credit", 201,
+             R"({"id":"le-1","amount":1234,"balance_after":5234,"kind":"credit"})");
+  EXPECT_EQ(run({"admin", "credit", "alice", "12.34", "--note", "welcome"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"amount", 1234}, {"note", "welcome"}}));
+  EXPECT_FALSE(last().header("Idempotency-Key").empty());
+  EXPECT_EQ(out_.str(), "Credited ¥12.34 to alice; balance ¥52.34.\n");
+
+  server_.on("POST", "/api/v1/admin/users/alice/credit", 201,
+             R"({"id":"le-2","amount":-500,"balance_after":4734,"kind":"adjustment"})");
+  EXPECT_EQ(run({"admin", "credit", "alice", "-5"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()).at("amount"), -500);
+  EXPECT_EQ(out_.str(), "Debited ¥5.00 from alice; balance ¥47.34.\n");
+}
+
+TEST_F(CliAppTest, AdminForbiddenIsARefusal) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.problem("GET", "/api/v1/admin/hosts", 403, "forbidden", "operator only");
+  EXPECT_EQ(run({"admin", "hosts"}), 1);
+  EXPECT_EQ(err_.str(), "error: operator only\n");
+}
+
+TEST_F(CliAppTest, AdminPricesSetSendsTheFile) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  std::ofstream(dir_ / "prices.json") << R"({"gpus":{"RTX 4090":{"hour":198}}})";
+  std::ofstream(dir_ / "bad.json") << "{not json";
+  server_.on("PUT", "/api/v1/admin/prices", 200, R"({"gpus":{"RTX 4090":{"hour":198}}})");
+  EXPECT_EQ(run({"admin", "prices", "--set", (dir_ / "prices.json").string()}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), json::parse(R"({"gpus":{"RTX 4090":{"hour":198}}})"));
+  EXPECT_EQ(run({"admin", "prices", "--set", (dir_ / "bad.json").string()}), 2);
+  server_.on("GET", "/api/v1/admin/prices", 200, R"({"no_gpu_hour":10})");
+  EXPECT_EQ(run({"admin", "prices"}), 0);
+  EXPECT_NE(out_.str().find("\"no_gpu_hour\": 10"), std::string::npos) << out_.str();
+}
+
+TEST_F(CliAppTest, AdminClockAdvance) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/admin/clock", 200, R"({"now":"2025-01-02T00:00:00Z"})");
+  EXPECT_EQ(run({"admin", "clock", "advance", "1d"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()), (json::object{{"advance_seconds", 86400}}));
+  EXPECT_EQ(out_.str(), "Platform clock is now 2025-01-02T00:00:00Z.\n");
+}
+
+}  // namespace
+}  // namespace gpucloud::cli

@@ -1,0 +1,42 @@
+#pragma once
+// Each commands_*.cpp adds its subcommands to the app and their handlers to the registry.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cli/api_client.h"
+#include "cli/app.h"
+
+namespace gpucloud::cli {
+
+void add_auth_commands(CLI::App& app, Registry& registry);
+void add_market_commands(CLI::App& app, Registry& registry);
+void add_instance_commands(CLI::App& app, Registry& registry);
+void add_key_commands(CLI::App& app, Registry& registry);
+void add_admin_commands(CLI::App& app, Registry& registry);
+
+// Human renderings shared with the tests.
+std::string render_market(const boost::json::value& market);
+std::string render_instances(const boost::json::value& instances, bool show_owner);
+std::string render_hosts(const boost::json::value& hosts);
+
+// "3600", "90m", "2h", "30d" → seconds (admin clock advance).
+Expected<std::int64_t> parse_duration_seconds(std::string_view text);
+
+// "/" + the escaped name or id, for building API paths.
+inline std::string seg(std::string_view name_or_id) { return "/" + url_escape(name_or_id); }
+
+// POST with one Idempotency-Key for this invocation, retried (same key, so the effect happens
+// once) when the server could not be reached or answered `unavailable`.
+Result<boost::json::value> post_idempotent(Context& ctx, ApiClient& api, std::string_view path,
+                                           const boost::json::value& body);
+
+// Reads a small text file given on the command line ("~/" expanded with $HOME, "-" = stdin).
+Expected<std::string> read_user_file(Context& ctx, const std::string& path, std::string_view what);
+
+}  // namespace gpucloud::cli
+
+// Unwraps an Expected/Result-like value or returns its failure from the enclosing handler.
+#define GC_TRY(var, expr)                        \
+  auto var = (expr);                             \
+  if (!var) return tl::unexpected(std::move(var.error()))

@@ -1,0 +1,6 @@
+#pragma once
+#ifdef GPUCLOUD_VERSION
+#define GPUCLOUD_CLI_VERSION GPUCLOUD_VERSION
+#else
+#define GPUCLOUD_CLI_VERSION "0.0.0-dev"
+#endif

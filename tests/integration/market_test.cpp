@@ -1,0 +1,229 @@
+// Hosts, the market and reservations through the real daemon: three simulated hosts, free
+// counts that follow reservations made by the store and scheduler.
+#include <gtest/gtest.h>
+
+#include "market/reservations.h"
+#include "store/database.h"
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace json = boost::json;
+
+const char* kThreeHosts = R"(
+[[zones]]
+name = "zone-a"
+[[zones]]
+name = "zone-b"
+
+[[hosts]]
+name = "node-1"
+zone = "zone-a"
+cpu = 32
+memory_gib = 128
+port_range = "30000-30099"
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 4 } ]
+
+[[hosts]]
+name = "node-2"
+zone = "zone-a"
+cpu = 16            # CPU for only 2 of its 4 GPUs at 8 cores each
+memory_gib = 128
+port_range = "30100-30199"
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 4 } ]
+
+[[hosts]]
+name = "node-3"
+zone = "zone-b"
+cpu = 64
+memory_gib = 512
+port_range = "30200-30299"
+simulated_gpus = [ { model = "A100", memory_gib = 80, count = 2 } ]
+
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 8
+memory_gib_per_gpu = 32
+price_per_gpu_hour = 198
+price_per_gpu_week = 26600
+price_per_gpu_month = 99800
+
+[[offers]]
+gpu_model = "A100"
+cpu_per_gpu = 16
+memory_gib_per_gpu = 128
+price_per_gpu_hour = 798
+price_per_gpu_week = 100000
+price_per_gpu_month = 390000
+)";
+
+json::object find_offer(const json::value& market, const std::string& zone, const std::string& model) {
+  for (const auto& item : market.at("items").as_array()) {
+    const auto& o = item.as_object();
+    if (o.at("zone").as_string() == zone && o.at("gpu_model").is_string() && o.at("gpu_model").as_string() == model)
+      return o;
+  }
+  return {};
+}
+
+class MarketTest : public ::testing::Test {
+ protected:
+  MarketTest() : daemon_(DaemonOptions{kThreeHosts}) {}
+  void SetUp() override {
+    daemon_.start();
+    user_ = daemon_.register_and_login("marketuser");
+  }
+  Status reserve_directly(const std::string& holder, const std::string& model, int count, int cpu, int mem) {
+    auto db = store::Database::open(daemon_.data_dir() + "/gpucloud.db", false);
+    if (!db) return tl::unexpected(db.error());
+    (void)(*db)->exec_script("BEGIN IMMEDIATE");
+    auto r = market::reserve(**db, holder, scheduler::PlacementRequest{"zone-a", model, count, cpu, mem}, std::nullopt,
+                             system_now());
+    if (!r) {
+      (void)(*db)->exec_script("ROLLBACK");
+      return tl::unexpected(r.error());
+    }
+    return (*db)->exec_script("COMMIT");
+  }
+  Status release_directly(const std::string& holder) {
+    auto db = store::Database::open(daemon_.data_dir() + "/gpucloud.db", false);
+    (void)(*db)->exec_script("BEGIN IMMEDIATE");
+    auto r = market::release_reservation(**db, holder, system_now());
+    (void)(*db)->exec_script("COMMIT");
+    return r ? ok() : Status(tl::unexpected(r.error()));
+  }
+  TestDaemon daemon_;
+  std::string user_;
+};
+
+TEST_F(MarketTest, OffersCountOnlyGpusWithTheirCpuAndMemory) {
+  auto market = daemon_.get("/api/v1/market", user_);
+  ASSERT_EQ(market.status, 200) << market.body;
+  auto m = market.json();
+  auto rtx = find_offer(m, "zone-a", "RTX 4090");
+  ASSERT_FALSE(rtx.empty()) << market.body;
+  EXPECT_EQ(rtx.at("gpus_total").as_int64(), 8);
+  EXPECT_EQ(rtx.at("gpus_free").as_int64(), 4 + 2);  // node-2 has CPU for only 2
+  EXPECT_EQ(rtx.at("max_gpus_per_instance").as_int64(), 4);
+  EXPECT_TRUE(rtx.at("simulated").as_bool());
+  EXPECT_EQ(rtx.at("price_per_gpu_hour").as_int64(), 198);
+  EXPECT_EQ(rtx.at("gpu_memory_gib").as_int64(), 24);
+  auto a100 = find_offer(m, "zone-b", "A100");
+  EXPECT_EQ(a100.at("gpus_free").as_int64(), 2);
+  EXPECT_TRUE(find_offer(m, "zone-b", "RTX 4090").empty());
+  bool no_gpu = false;
+  for (const auto& item : m.at("items").as_array())
+    if (item.at("gpu_model").is_null()) {
+      no_gpu = true;
+      EXPECT_TRUE(item.as_object().contains("price_per_hour"));
+    }
+  EXPECT_TRUE(no_gpu);
+  auto zones = daemon_.get("/api/v1/zones", user_).json();
+  EXPECT_EQ(zones.at("items").as_array().size(), 2u);
+}
+
+TEST_F(MarketTest, FreeCountsFollowReservationsAndReleases) {
+  ASSERT_TRUE(reserve_directly("i-test-a", "RTX 4090", 2, 16, 64));
+  auto rtx = find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-a", "RTX 4090");
+  // Best fit put the 2 GPUs where they leave the fewest free: node-2 (2 usable) is used up.
+  EXPECT_EQ(rtx.at("gpus_free").as_int64(), 4);
+  ASSERT_TRUE(reserve_directly("i-test-b", "RTX 4090", 3, 24, 96));
+  rtx = find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-a", "RTX 4090");
+  EXPECT_EQ(rtx.at("gpus_free").as_int64(), 1);
+  auto refused = reserve_directly("i-test-c", "RTX 4090", 2, 16, 64);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::no_capacity);
+  // node-2 still has 2 GPUs but no CPU left for them; the message names the shortage.
+  EXPECT_NE(refused.error().detail.find("no host in zone-a has 16 free CPU cores for 2 RTX 4090"), std::string::npos)
+      << refused.error().detail;
+
+  auto hosts = daemon_.get("/api/v1/admin/hosts", daemon_.admin_token());
+  ASSERT_EQ(hosts.status, 200);
+  int held = 0;
+  for (const auto& h : hosts.json().at("items").as_array())
+    for (const auto& g : h.at("gpus").as_array())
+      if (g.at("reserved_by").is_string()) ++held;
+  EXPECT_EQ(held, 5);
+
+  ASSERT_TRUE(release_directly("i-test-b"));
+  rtx = find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-a", "RTX 4090");
+  EXPECT_EQ(rtx.at("gpus_free").as_int64(), 4);
+}
+
+TEST_F(MarketTest, AdminHostsAndPricesAreForTheOperator) {
+  EXPECT_EQ(daemon_.get("/api/v1/admin/hosts", user_).status, 403);
+  EXPECT_EQ(daemon_.get("/api/v1/admin/prices", user_).status, 403);
+  std::string admin = daemon_.admin_token();
+  auto hosts = daemon_.get("/api/v1/admin/hosts", admin).json();
+  ASSERT_EQ(hosts.at("items").as_array().size(), 3u);
+  const auto& node1 = hosts.at("items").as_array()[0].as_object();
+  EXPECT_EQ(node1.at("name").as_string(), "node-1");
+  EXPECT_EQ(node1.at("state").as_string(), "ready");
+  EXPECT_TRUE(node1.at("simulated").as_bool());
+  EXPECT_TRUE(node1.at("id").as_string().starts_with("h-"));
+  EXPECT_EQ(node1.at("gpus").as_array().size(), 4u);
+  EXPECT_TRUE(node1.at("gpus").as_array()[0].at("uuid").as_string().starts_with("GPU-sim-"));
+  EXPECT_TRUE(node1.at("gpus").as_array()[0].at("instance").is_null());
+
+  auto prices = daemon_.get("/api/v1/admin/prices", admin);
+  ASSERT_EQ(prices.status, 200);
+  auto table = prices.json().as_object();
+  for (auto& g : table["gpus"].as_array())
+    if (g.at("gpu_model").as_string() == "RTX 4090") g.as_object()["price_per_gpu_hour"] = 250;
+  auto put = daemon_.request("PUT", "/api/v1/admin/prices", json::serialize(table), admin);
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-a", "RTX 4090").at("price_per_gpu_hour").as_int64(), 250);
+  table["no_gpu_price_per_hour"] = -1;
+  EXPECT_EQ(daemon_.request("PUT", "/api/v1/admin/prices", json::serialize(table), admin).status, 400);
+  // Prices survive a restart (the store, not the config, holds them once set).
+  daemon_.restart();
+  EXPECT_EQ(find_offer(daemon_.get("/api/v1/market", daemon_.login("marketuser", "password-123")).json(), "zone-a", "RTX 4090")
+                .at("price_per_gpu_hour").as_int64(), 250);
+}
+
+TEST(MarketConfigTest, OverlappingPortRangesOnOneEngineAreRefusedAtStart) {
+  std::string config = R"(
+[[hosts]]
+name = "a"
+cpu = 4
+memory_gib = 8
+port_range = "30000-30100"
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 1 } ]
+[[hosts]]
+name = "b"
+cpu = 4
+memory_gib = 8
+port_range = "30050-30150"
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 1 } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 1
+price_per_gpu_week = 1
+price_per_gpu_month = 1
+)";
+  TestDaemon daemon(DaemonOptions{config});
+  try {
+    daemon.start();
+    FAIL() << "overlapping port ranges must stop the daemon";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("port"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MarketNvmlTest, WithoutADriverTheDefaultHostHasNoGpusAndSaysWhy) {
+  TestDaemon daemon;  // no [[hosts]]: one host named after the machine, GPUs from NVML
+  daemon.start();
+  auto hosts = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
+  ASSERT_EQ(hosts.at("items").as_array().size(), 1u);
+  const auto& h = hosts.at("items").as_array()[0].as_object();
+  if (h.at("gpus").as_array().empty()) {
+    EXPECT_FALSE(h.at("simulated").as_bool());
+    ASSERT_TRUE(h.at("inventory_error").is_string());
+    EXPECT_NE(std::string(h.at("inventory_error").as_string()).find("NVML"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
