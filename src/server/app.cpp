@@ -10,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include "auth/credentials.h"
+#include "core/ids.h"
+#include "instances/images.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -27,11 +29,30 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_admin_user_routes(*this);
   register_admin_clock_routes(*this);
   register_market_routes(*this);
+  register_instance_routes(*this);
+  register_ssh_key_routes(*this);
+  register_image_routes(*this);
+  auto id = store_->write_now([](store::Database& db) -> Result<std::string> {
+    auto row = db.one("SELECT value FROM meta WHERE key = 'installation_id'");
+    if (!row) return tl::unexpected(row.error());
+    if (*row) return (*row)->text(0);
+    // Short and lower-case: it goes into container, network and nftables names.
+    std::string made = new_id("x").substr(2, 10);
+    if (auto s = db.run("INSERT INTO meta (key, value) VALUES ('installation_id', ?)", {made}); !s)
+      return tl::unexpected(s.error());
+    return made;
+  });
+  installation_id_ = id ? *id : "unknown";
 }
 
 asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent) {
   hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, std::move(agent));
-  co_return co_await hosts_->start();
+  if (auto s = co_await hosts_->start(); !s) co_return s;
+  auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
+  if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
+  instances_ = std::make_unique<instances::InstanceService>(loop_, config_, *store_, *clock_, hosts_->agent());
+  instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
+  co_return ok();
 }
 
 App::~App() = default;

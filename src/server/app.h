@@ -12,6 +12,7 @@
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "instances/lifecycle.h"
 #include "server/host_registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
@@ -49,6 +50,9 @@ class App {
   Metrics& metrics() { return metrics_; }
   auth::LoginThrottle& login_throttle() { return login_throttle_; }
   HostRegistry& hosts() { return *hosts_; }
+  instances::InstanceService& instances() { return *instances_; }
+  // This installation's id, made at first start; it labels everything on the engine.
+  const std::string& installation_id() const { return installation_id_; }
 
   // Connects the host agent (in-process, or behind the loopback JSON transport) and
   // registers its hosts; call once before serving.
@@ -75,6 +79,8 @@ class App {
   Metrics metrics_;
   auth::LoginThrottle login_throttle_;
   std::unique_ptr<HostRegistry> hosts_;
+  std::unique_ptr<instances::InstanceService> instances_;
+  std::string installation_id_;
 };
 
 template <class Effect>
@@ -107,5 +113,8 @@ void register_token_routes(App& app);
 void register_admin_user_routes(App& app);
 void register_admin_clock_routes(App& app);
 void register_market_routes(App& app);
+void register_instance_routes(App& app);
+void register_ssh_key_routes(App& app);
+void register_image_routes(App& app);
 
 }  // namespace gpucloud::server

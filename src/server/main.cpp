@@ -12,7 +12,10 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/local_agent.h"
+#include "agent/init_script.h"
+#include "agent/instance_runtime.h"
 #include "agent/loopback_transport.h"
+#include "agent/runtime/docker_engine_driver.h"
 #include "config/config.h"
 #include "server/app.h"
 #include "server/http_server.h"
@@ -43,6 +46,34 @@ SysTime restored_test_time(store::Store& store) {
   auto row = store.write_now([](store::Database& db) { return db.one("SELECT value FROM meta WHERE key = 'test_clock_now'"); });
   if (row && *row) return from_unix_micros(std::stoll((*row)->text(0)));
   return system_now();
+}
+
+// The agent's instance runtime on this machine's Docker Engine (all hosts of an all-in-one
+// daemon share it). The init script is written out from the binary at every start.
+Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_context& io, server::App& app) {
+  const auto& cfg = app.config();
+  auto state_dir = std::filesystem::path(cfg.data_dir) / "agent";
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  auto init_path = state_dir / "gpucloud-init.sh";
+  {
+    auto tmp = init_path.string() + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return fail(ErrorCode::internal, "cannot write " + tmp);
+    std::fputs(agent::kInitScript, f);
+    std::fclose(f);
+    std::filesystem::permissions(tmp, std::filesystem::perms(0755), ec);
+    std::filesystem::rename(tmp, init_path, ec);
+    if (ec) return fail(ErrorCode::internal, "cannot write " + init_path.string() + ": " + ec.message());
+  }
+  std::string engine = agent::LocalAgent::effective_hosts(cfg).front().engine;
+  agent::DockerEngineDriver::Options options;
+  if (engine.rfind("unix://", 0) == 0) options.engine.socket_path = engine.substr(7);
+  options.init_path = init_path.string();
+  auto driver = std::make_unique<agent::DockerEngineDriver>(io.get_executor(), options);
+  return std::make_unique<agent::InstanceRuntime>(io.get_executor(), app.installation_id(), state_dir.string(),
+                                                  std::move(driver), init_path.string(),
+                                                  "gpucloud-" + app.installation_id());
 }
 
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
@@ -97,7 +128,14 @@ int main(int argc, char** argv) {
 
   // All-in-one: the agent runs in-process. GPUCLOUD_AGENT_TRANSPORT=loopback-json puts every
   // agent message through JSON text, as a wire would (tests use it).
-  std::unique_ptr<agent::HostAgent> host_agent = std::make_unique<agent::LocalAgent>(io.get_executor(), app.config());
+  auto local_agent = std::make_unique<agent::LocalAgent>(io.get_executor(), app.config());
+  auto runtime = make_instance_runtime(io, app);
+  if (!runtime) {
+    std::fprintf(stderr, "gpucloudd: agent: %s\n", runtime.error().detail.c_str());
+    return 1;
+  }
+  (*runtime)->register_handlers(*local_agent);
+  std::unique_ptr<agent::HostAgent> host_agent = std::move(local_agent);
   if (const char* transport = std::getenv("GPUCLOUD_AGENT_TRANSPORT"); transport && std::string(transport) == "loopback-json")
     host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
   std::optional<Status> agent_started;

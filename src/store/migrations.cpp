@@ -111,6 +111,79 @@ CREATE TABLE other_prices (
   value INTEGER NOT NULL CHECK (value >= 0)
 );
 )sql"},
+    // SSH keys, images, instances and their host ports. Names are unique per owner among
+    // live resources (partial unique indexes); a host port belongs to one instance per host.
+    {3, R"sql(
+CREATE TABLE ssh_keys (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  public_key TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  UNIQUE (owner, name)
+);
+CREATE TABLE images (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  engine_image TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  os TEXT NOT NULL DEFAULT '',
+  python TEXT NOT NULL DEFAULT '',
+  cuda TEXT NOT NULL DEFAULT '',
+  frameworks TEXT NOT NULL DEFAULT '{}',
+  size_bytes INTEGER NOT NULL DEFAULT 0,
+  visibility TEXT NOT NULL CHECK (visibility IN ('public', 'private')),
+  owner TEXT,
+  state TEXT NOT NULL CHECK (state IN ('creating', 'available', 'error', 'deleted')),
+  ssh INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX images_public_name ON images(name) WHERE visibility = 'public' AND state != 'deleted';
+CREATE TABLE instances (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  state_reason TEXT NOT NULL DEFAULT '',
+  zone TEXT NOT NULL,
+  host_id TEXT REFERENCES hosts(id),
+  gpu_model TEXT,
+  gpu_count INTEGER NOT NULL,
+  cpu INTEGER NOT NULL,
+  memory_gib INTEGER NOT NULL,
+  no_gpu INTEGER NOT NULL DEFAULT 0,
+  system_disk_gib INTEGER NOT NULL,
+  image_id TEXT NOT NULL REFERENCES images(id),
+  ssh_keys TEXT NOT NULL DEFAULT '[]',
+  password_hash TEXT,
+  billing_mode TEXT NOT NULL DEFAULT 'hourly',
+  auto_renew INTEGER NOT NULL DEFAULT 1,
+  price_per_hour INTEGER NOT NULL DEFAULT 0,
+  autostop TEXT,
+  ipv4 TEXT,
+  host_key TEXT,
+  container_id TEXT,
+  cpus_capped INTEGER NOT NULL DEFAULT 0,
+  run_seconds INTEGER NOT NULL DEFAULT 0,
+  charged INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL,
+  started_at INTEGER,
+  stopped_at INTEGER,
+  released_at INTEGER
+);
+CREATE UNIQUE INDEX instances_live_name ON instances(owner, name) WHERE state != 'released';
+CREATE INDEX instances_by_owner ON instances(owner, created_at);
+CREATE TABLE instance_ports (
+  instance_id TEXT NOT NULL REFERENCES instances(id),
+  container_port INTEGER NOT NULL,
+  protocol TEXT NOT NULL CHECK (protocol IN ('tcp', 'udp')),
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  host_port INTEGER NOT NULL,
+  PRIMARY KEY (instance_id, container_port, protocol),
+  UNIQUE (host_id, host_port, protocol)
+);
+)sql"},
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -78,6 +79,20 @@ std::optional<std::string> find_executable(const std::string& name) {
   return std::nullopt;
 }
 
+// kHostLockPath held exclusively for the object's lifetime (best effort: without the file,
+// e.g. when not root, nft fails anyway with a clearer message).
+class HostLock {
+ public:
+  HostLock() : fd_(::open(kHostLockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
+    if (fd_.get() < 0) return;
+    while (::flock(fd_.get(), LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  Fd fd_;  // closing it releases the lock
+};
+
 struct ProcessResult {
   int exit_code = -1;  // -1: killed by a signal
   std::string out;
@@ -133,6 +148,7 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::str
   ProcessResult result;
   const auto deadline = Clock::now() + timeout;
   bool timed_out = false;
+  int poll_errno = 0;
   char buf[4096];
   while (out_r.get() >= 0 || err_r.get() >= 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -143,7 +159,10 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::str
     pollfd fds[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
     const int ready = ::poll(fds, 2, static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) break;
+    if (ready < 0) {
+      poll_errno = errno;
+      break;
+    }
     Fd* pipes[2] = {&out_r, &err_r};
     std::string* sinks[2] = {&result.out, &result.err};
     for (int i = 0; i < 2; ++i) {
@@ -156,9 +175,13 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::str
       }
     }
   }
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (timed_out || poll_errno != 0) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (poll_errno != 0) {
+    errno = poll_errno;
+    return fail(ErrorCode::unavailable, errno_text(("poll on " + argv[0]).c_str()));
   }
   if (timed_out) {
     return fail(ErrorCode::unavailable, argv[0] + " did not finish within " +
@@ -236,11 +259,17 @@ Result<std::optional<ProcessResult>> iptables(const std::vector<std::string>& ar
   return std::optional<ProcessResult>(std::move(*run));
 }
 
-// Whether Docker's DOCKER-USER chain exists (in whichever backend iptables uses).
+// Whether Docker's DOCKER-USER chain exists (in whichever backend iptables uses). iptables
+// exits 1 for a missing chain; other failures (4: the xtables lock stayed busy) are errors,
+// not a reason to skip the rule.
 Result<bool> docker_user_chain_exists() {
   auto listed = iptables({"-S", "DOCKER-USER"});
   if (!listed) return fail(listed.error());
-  return listed->has_value() && (*listed)->exit_code == 0;
+  if (!listed->has_value()) return false;
+  const auto& run = **listed;
+  if (run.exit_code == 0 || run.exit_code == 1) return run.exit_code == 0;
+  return fail(ErrorCode::unavailable, "iptables -S DOCKER-USER failed (exit " +
+                                          std::to_string(run.exit_code) + "): " + trimmed(run.err));
 }
 
 }  // namespace
@@ -261,7 +290,7 @@ Status NftablesFirewall::ensure_docker_user_rule() {
   check.insert(check.end(), spec.begin(), spec.end());
   auto checked = iptables(check);
   if (!checked) return fail(checked.error());
-  if ((*checked)->exit_code == 0) return ok();
+  if ((*checked)->exit_code == 0) return ok();  // 1: not there yet
   std::vector<std::string> insert{"-I", "DOCKER-USER", "1"};
   insert.insert(insert.end(), spec.begin(), spec.end());
   auto inserted = iptables(insert);
@@ -293,6 +322,7 @@ Status NftablesFirewall::apply(const std::vector<PublishedPort>& ports) {
   auto script = render_ruleset(table_name_, ports);
   if (!script) return fail(script.error());
   std::lock_guard lock(mutex_);
+  HostLock host_lock;
   if (auto s = ensure_sysctls(); !s) return s;
   // Before the table: the DOCKER-USER rule accepts only what the table marks, so on its own it
   // changes nothing, and a failure here leaves the previous rules in place.
@@ -305,6 +335,7 @@ Status NftablesFirewall::remove_table() {
     return fail(ErrorCode::invalid_argument, "invalid nftables table name \"" + table_name_ + "\"");
   }
   std::lock_guard lock(mutex_);
+  HostLock host_lock;
   // Declaring the table first makes the delete succeed when it is already gone, in one
   // transaction.
   const std::string t = "table ip " + table_name_;

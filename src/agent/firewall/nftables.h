@@ -42,6 +42,11 @@
 
 namespace gpucloud::agent::firewall {
 
+// Every NftablesFirewall on the host (the agent's, tests' in other processes) holds an
+// exclusive flock on this file while it changes tables, DOCKER-USER or sysctls, so one's
+// remove_table() cannot turn route_localnet off under another's apply().
+inline constexpr const char* kHostLockPath = "/run/gpucloud-nftables.lock";
+
 class NftablesFirewall {
  public:
   explicit NftablesFirewall(std::string table_name = "gpucloud");

@@ -1,0 +1,951 @@
+#include "agent/instance_runtime.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/local_agent.h"
+#include "core/offload.h"
+
+namespace gpucloud::agent {
+
+namespace net = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using net::awaitable;
+using net::use_awaitable;
+
+// ---- an awaitable mutex for coroutines on one strand ---------------------------------------
+
+class InstanceRuntime::AsyncLock {
+ public:
+  awaitable<void> lock() {
+    while (locked_) {
+      auto timer = std::make_shared<net::steady_timer>(co_await net::this_coro::executor,
+                                                       net::steady_timer::time_point::max());
+      waiters_.push_back(timer);
+      boost::system::error_code ec;
+      co_await timer->async_wait(net::redirect_error(use_awaitable, ec));
+    }
+    locked_ = true;
+  }
+  void unlock() {
+    locked_ = false;
+    if (!waiters_.empty()) {
+      waiters_.front()->cancel();
+      waiters_.pop_front();
+    }
+  }
+
+ private:
+  bool locked_ = false;
+  std::deque<std::shared_ptr<net::steady_timer>> waiters_;
+};
+
+struct InstanceRuntime::Instance {
+  std::optional<InstanceRecord> record;  // nullopt: no record (the slot exists for its lock)
+  AsyncLock lock;
+};
+
+namespace {
+
+constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+constexpr int kSubnetAttempts = 64;
+constexpr int kHostKeyLogTail = 400;
+
+// Releases an AsyncLock-like object when the scope ends (co_return included).
+template <class Lock>
+class Unlocker {
+ public:
+  explicit Unlocker(Lock& lock) : lock_(&lock) {}
+  ~Unlocker() { lock_->unlock(); }
+  Unlocker(const Unlocker&) = delete;
+  Unlocker& operator=(const Unlocker&) = delete;
+
+ private:
+  Lock* lock_;
+};
+
+// Incus's revert helper (shared/revert/revert.go) for coroutines: each step that changed
+// something registers how to undo it; a failure undoes them newest first, success forgets
+// them. Undo steps never fail (they log what they could not undo).
+class Revert {
+ public:
+  using Step = std::function<awaitable<void>()>;
+  void add(Step step) { steps_.push_back(std::move(step)); }
+  void add_sync(std::function<void()> step) {
+    steps_.push_back([step = std::move(step)]() { return run_now(step); });
+  }
+  awaitable<void> undo() {
+    while (!steps_.empty()) {
+      Step step = std::move(steps_.back());
+      steps_.pop_back();
+      co_await step();
+    }
+  }
+  void success() { steps_.clear(); }
+
+ private:
+  static awaitable<void> run_now(std::function<void()> step) {
+    step();
+    co_return;
+  }
+  std::vector<Step> steps_;
+};
+
+tl::unexpected<Error> invalid(std::string detail) {
+  return fail(ErrorCode::invalid_argument, std::move(detail));
+}
+
+bool valid_installation_id(std::string_view id) {
+  return id.size() <= 40 && is_valid_instance_id(id);
+}
+
+// ---- IPv4 arithmetic ---------------------------------------------------------------------
+
+std::optional<std::uint32_t> parse_ipv4(std::string_view text) {
+  if (!firewall::is_ipv4_address(text)) return std::nullopt;
+  std::uint32_t value = 0;
+  int octet = 0;
+  for (char c : text) {
+    if (c == '.') {
+      value = (value << 8) | static_cast<std::uint32_t>(octet);
+      octet = 0;
+    } else {
+      octet = octet * 10 + (c - '0');
+    }
+  }
+  return (value << 8) | static_cast<std::uint32_t>(octet);
+}
+
+std::string format_ipv4(std::uint32_t v) {
+  return std::to_string(v >> 24) + "." + std::to_string((v >> 16) & 255) + "." +
+         std::to_string((v >> 8) & 255) + "." + std::to_string(v & 255);
+}
+
+struct Subnet {
+  std::uint32_t base = 0;
+  int prefix = 0;
+  std::uint32_t size() const { return prefix == 0 ? 0 : (std::uint32_t{1} << (32 - prefix)); }
+  bool contains(std::uint32_t ip) const { return ip - base < size(); }
+};
+
+std::optional<Subnet> parse_subnet(std::string_view cidr) {
+  auto canonical = firewall::canonical_cidr(cidr);
+  if (!canonical || cidr.find('/') == std::string_view::npos) return std::nullopt;
+  const auto slash = canonical->find('/');
+  auto base = parse_ipv4(std::string_view(*canonical).substr(0, slash));
+  const int prefix = std::atoi(canonical->c_str() + slash + 1);
+  if (!base || prefix < 8 || prefix > 29) return std::nullopt;  // room for gateway + hosts
+  return Subnet{*base, prefix};
+}
+
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The i-th subnet to try for an installation: 10.<200..254>.<0..255>.0/24, starting at a
+// point derived from the installation id (so two installations on one host rarely meet) and
+// stepping by a prime co-prime with the candidate count (every candidate once).
+std::string subnet_candidate(std::string_view installation_id, int i) {
+  constexpr std::uint64_t kCount = 55 * 256;
+  const std::uint64_t index = (fnv1a(installation_id) + static_cast<std::uint64_t>(i) * 7919) % kCount;
+  return "10." + std::to_string(200 + index / 256) + "." + std::to_string(index % 256) + ".0/24";
+}
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+std::string error_text(const Error& e) { return std::string(to_string(e.code)) + ": " + e.detail; }
+
+std::string state_reason(const ContainerStatus& c, const std::string& desired_state) {
+  if (!c.exists) return "container missing";
+  if (c.running) return "running";
+  if (c.state == "created") return "created, never started";
+  if (c.oom_killed) return "killed (out of memory?)";
+  if (desired_state == "stopped") return "stopped";
+  // 137 = SIGKILL; the kernel's OOM killer is the usual sender (OOMKilled is unreliable).
+  if (c.exit_code == 137) return "killed (out of memory?)";
+  return "exited " + std::to_string(c.exit_code);
+}
+
+json::value nullable(const std::string& s) { return s.empty() ? json::value(nullptr) : json::value(s); }
+
+std::vector<std::string> effective_gpus(const InstanceSpec& spec) {
+  return spec.gpus_simulated ? std::vector<std::string>{} : spec.gpu_uuids;
+}
+
+}  // namespace
+
+// ---- construction ------------------------------------------------------------------------
+
+InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installation_id,
+                                 std::string state_dir, std::unique_ptr<RuntimeDriver> driver,
+                                 std::string init_script_path, std::string firewall_table)
+    : InstanceRuntime(std::move(loop), std::move(installation_id), std::move(state_dir),
+                      std::move(driver), std::move(init_script_path), std::move(firewall_table),
+                      Options{}) {}
+
+InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installation_id,
+                                 std::string state_dir, std::unique_ptr<RuntimeDriver> driver,
+                                 std::string init_script_path, std::string firewall_table,
+                                 Options options)
+    : strand_(net::make_strand(loop)),
+      installation_id_(std::move(installation_id)),
+      network_name_("gpucloud-" + installation_id_),
+      // Absolute: the config directory is a bind-mount source.
+      store_(state_dir.empty() ? std::string() : fs::absolute(state_dir).lexically_normal().string()),
+      driver_(std::move(driver)),
+      init_script_path_(std::move(init_script_path)),
+      firewall_(std::move(firewall_table)),
+      options_(options),
+      start_lock_(std::make_unique<AsyncLock>()) {}
+
+InstanceRuntime::~InstanceRuntime() {
+  firewall_thread_.stop();
+  firewall_thread_.join();
+}
+
+void InstanceRuntime::register_handlers(LocalAgent& agent) {
+  for (const char* kind : {"instance.ensure", "instance.remove", "instance.status",
+                           "instance.stop_unknown", "instance.exec"}) {
+    agent.add_command_handler(kind, [this](const Command& command) { return handle(command); });
+  }
+}
+
+awaitable<Result<CommandOutcome>> InstanceRuntime::handle(Command command) {
+  // Every piece of this runtime's state is touched only on its strand.
+  co_return co_await net::co_spawn(strand_, dispatch(std::move(command)), use_awaitable);
+}
+
+awaitable<Result<CommandOutcome>> InstanceRuntime::dispatch(Command command) {
+  Result<json::object> observed = fail(ErrorCode::internal, "not run");
+  std::string exception_text;
+  try {
+    if (command.kind == "instance.ensure") {
+      observed = co_await ensure(command.desired);
+    } else if (command.kind == "instance.remove") {
+      observed = co_await remove(command.desired);
+    } else if (command.kind == "instance.status") {
+      observed = co_await status();
+    } else if (command.kind == "instance.stop_unknown") {
+      observed = co_await stop_unknown(command.desired);
+    } else if (command.kind == "instance.exec") {
+      observed = co_await exec(command.desired);
+    } else {
+      observed = invalid("unknown command " + command.kind);
+    }
+  } catch (const std::exception& e) {
+    exception_text = e.what();
+  } catch (...) {
+    exception_text = "unknown exception";
+  }
+  if (!exception_text.empty()) {
+    observed = fail(ErrorCode::internal, command.kind + ": " + exception_text);
+  }
+  if (!observed) {
+    spdlog::warn(R"({{"event":"instance_command_failed","kind":"{}","command":"{}","error":"{}"}})",
+                 command.kind, command.id, error_text(observed.error()));
+    co_return fail(std::move(observed.error()));
+  }
+  CommandOutcome outcome;
+  outcome.command_id = command.id;
+  outcome.ok = true;
+  outcome.observed = std::move(*observed);
+  co_return outcome;
+}
+
+// ---- start / re-attach -------------------------------------------------------------------
+
+awaitable<Status> InstanceRuntime::ensure_started() {
+  if (started_) co_return ok();
+  co_await start_lock_->lock();
+  Unlocker guard(*start_lock_);
+  co_return co_await start_locked();
+}
+
+awaitable<Status> InstanceRuntime::start_locked() {
+  if (started_) co_return ok();
+  if (!valid_installation_id(installation_id_)) {
+    co_return invalid("installation id must be 1-40 of [A-Za-z0-9_.-], starting with a letter or digit");
+  }
+  if (!init_script_path_.empty()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(init_script_path_, ec)) {
+      co_return fail(ErrorCode::unavailable, "instance init script not found at " + init_script_path_);
+    }
+  }
+  if (auto s = store_.prepare(); !s) co_return s;
+  auto network = store_.load_network();
+  if (!network) co_return fail(std::move(network.error()));
+  network_ = std::move(*network);
+  std::vector<std::string> problems;
+  auto records = store_.load_instances(&problems);
+  if (!records) co_return fail(std::move(records.error()));
+  for (const auto& p : problems) {
+    spdlog::warn(R"({{"event":"instance_record_unreadable","problem":"{}"}})", p);
+  }
+  load_problems_ = std::move(problems);
+  for (auto& record : *records) {
+    const std::string id = record.desired.instance_id;
+    instance_slot(id).record = std::move(record);
+  }
+  started_ = true;
+  spdlog::info(R"({{"event":"instance_runtime_loaded","installation":"{}","instances":{}}})",
+               installation_id_, records->size());
+  co_return ok();
+}
+
+awaitable<Status> InstanceRuntime::start() {
+  co_return co_await net::co_spawn(strand_, start_on_strand(), use_awaitable);
+}
+
+awaitable<Status> InstanceRuntime::start_on_strand() {
+  if (auto s = co_await ensure_started(); !s) co_return s;
+  if (auto s = co_await ensure_network(); !s) co_return s;
+  // Re-attach: find each recorded container again (only inspects; nothing is started or
+  // stopped) and remember a changed id.
+  for (auto& [id, slot] : instances_) {
+    if (!slot->record) continue;
+    co_await slot->lock.lock();
+    Unlocker guard(slot->lock);
+    if (!slot->record) continue;
+    auto found = co_await driver_->recover(driver_state_for(*slot->record));
+    if (!found) {
+      spdlog::warn(R"({{"event":"instance_reattach_failed","instance":"{}","error":"{}"}})", id,
+                   error_text(found.error()));
+      continue;
+    }
+    if (!found->exists) {
+      spdlog::warn(R"({{"event":"instance_container_missing","instance":"{}"}})", id);
+      continue;
+    }
+    if (found->id != slot->record->container_id) {
+      InstanceRecord updated = *slot->record;
+      updated.container_id = found->id;
+      updated.driver_state = encode_driver_state(driver_state_for(updated));
+      if (auto s = store_.save_instance(updated); s) slot->record = std::move(updated);
+    }
+  }
+  co_return co_await apply_firewall();
+}
+
+// ---- the network -------------------------------------------------------------------------
+
+awaitable<Status> InstanceRuntime::ensure_network() {
+  if (network_checked_) co_return ok();
+  NetworkSpec spec;
+  spec.name = network_name_;
+  spec.labels = {{std::string(kInstallationLabel), installation_id_}};
+  spec.icc = false;
+  if (network_) {
+    spec.subnet = network_->subnet;
+    auto info = co_await driver_->ensure_network(spec);
+    if (!info) co_return fail(std::move(info.error()));
+    if (info->gateway != network_->gateway && !info->gateway.empty()) {
+      NetworkRecord updated = *network_;
+      updated.gateway = info->gateway;
+      if (auto s = store_.save_network(updated); !s) co_return s;
+      network_ = std::move(updated);
+    }
+    network_checked_ = true;
+    co_return ok();
+  }
+  // First start: pick a subnet nobody on this host uses, and keep it.
+  std::string last_error;
+  for (int i = 0; i < kSubnetAttempts; ++i) {
+    spec.subnet = subnet_candidate(installation_id_, i);
+    auto info = co_await driver_->ensure_network(spec);
+    if (!info && contains(info.error().detail, "exists with subnet")) {
+      // Our network exists already (its record was lost): adopt its subnet.
+      spec.subnet.clear();
+      info = co_await driver_->ensure_network(spec);
+      if (info && !parse_subnet(info->subnet)) {
+        co_return fail(ErrorCode::conflict, "network " + network_name_ + " has subnet '" + info->subnet +
+                                                "', not an IPv4 subnet with room for instances");
+      }
+    }
+    if (info) {
+      NetworkRecord record{network_name_, info->subnet, info->gateway};
+      if (auto s = store_.save_network(record); !s) co_return s;
+      network_ = std::move(record);
+      network_checked_ = true;
+      spdlog::info(R"({{"event":"instance_network_ready","network":"{}","subnet":"{}","created":{}}})",
+                   network_name_, network_->subnet, info->created);
+      co_return ok();
+    }
+    const Error& e = info.error();
+    last_error = e.detail;
+    // The engine refuses a subnet overlapping one of its other networks (403 "Pool overlaps").
+    const bool taken = e.code == ErrorCode::conflict || contains(e.detail, "overlap");
+    if (!taken || contains(e.detail, "exists with")) co_return fail(e);
+  }
+  co_return fail(ErrorCode::unavailable, "no free subnet for network " + network_name_ + " after " +
+                                             std::to_string(kSubnetAttempts) + " tries: " + last_error);
+}
+
+awaitable<Result<std::string>> InstanceRuntime::allocate_ip(std::string instance_id,
+                                                            std::string preferred) {
+  if (!network_) co_return fail(ErrorCode::internal, "no network yet");
+  auto subnet = parse_subnet(network_->subnet);
+  if (!subnet) co_return fail(ErrorCode::internal, "network subnet '" + network_->subnet + "' is unusable");
+  // Addresses held by any container of this installation (unknown ones included: a stopped
+  // container's fixed address is claimed again when it starts).
+  std::set<std::uint32_t> used;
+  std::map<std::string, std::string> filter{{std::string(kInstallationLabel), installation_id_}};
+  auto containers = co_await driver_->list(std::move(filter));
+  if (!containers) co_return fail(std::move(containers.error()));
+  // From here to the end nothing suspends: the choice and its reservation are atomic.
+  std::set<std::uint32_t> recorded;
+  for (const auto& [id, slot] : instances_) {
+    if (slot->record && id != instance_id) {
+      if (auto ip = parse_ipv4(slot->record->ipv4)) recorded.insert(*ip);
+    }
+  }
+  for (const auto& ip : reserved_ips_) {
+    if (auto v = parse_ipv4(ip)) recorded.insert(*v);
+  }
+  used = recorded;
+  for (const auto& c : *containers) {
+    if (auto it = c.labels.find(std::string(kInstanceLabel)); it != c.labels.end() && it->second == instance_id) {
+      continue;
+    }
+    if (auto ip = parse_ipv4(c.ipv4)) used.insert(*ip);
+  }
+  const std::uint32_t first = subnet->base + 2, last = subnet->base + subnet->size() - 2;
+  std::optional<std::uint32_t> gateway;
+  if (auto g = parse_ipv4(network_->gateway)) gateway = *g;
+  std::optional<std::uint32_t> chosen;
+  if (auto p = parse_ipv4(preferred); p && *p >= first && *p <= last && !recorded.count(*p) && gateway != *p) {
+    chosen = *p;
+  }
+  for (std::uint32_t ip = first; !chosen && ip <= last; ++ip) {
+    if (!used.count(ip) && gateway != ip) chosen = ip;
+  }
+  if (!chosen) {
+    co_return fail(ErrorCode::no_capacity, "no free address left in " + network_->subnet);
+  }
+  const std::string text = format_ipv4(*chosen);
+  reserved_ips_.insert(text);
+  co_return text;
+}
+
+// ---- helpers -----------------------------------------------------------------------------
+
+std::string InstanceRuntime::container_name(const std::string& instance_id) const {
+  return "gpucloud-" + installation_id_ + "-" + instance_id;
+}
+
+DriverState InstanceRuntime::driver_state_for(const InstanceRecord& record) const {
+  DriverState state;
+  state.container_id = record.container_id;
+  state.container_name = container_name(record.desired.instance_id);
+  state.labels = {{std::string(kInstallationLabel), installation_id_},
+                  {std::string(kInstanceLabel), record.desired.instance_id}};
+  return state;
+}
+
+InstanceRuntime::Instance& InstanceRuntime::instance_slot(const std::string& instance_id) {
+  auto& slot = instances_[instance_id];
+  if (!slot) slot = std::make_unique<Instance>();
+  return *slot;
+}
+
+std::vector<firewall::PublishedPort> InstanceRuntime::published_ports() const {
+  std::vector<firewall::PublishedPort> out;
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record || slot->record->desired.state != "running") continue;
+    for (const auto& p : slot->record->desired.ports) {
+      firewall::PublishedPort port;
+      port.instance_id = id;
+      port.host_port = p.host_port;
+      port.container_ip = slot->record->ipv4;
+      port.container_port = p.container_port;
+      port.protocol = p.protocol;
+      for (const auto& cidr : p.allowed) port.allowed.push_back(firewall::SourceRule{cidr});
+      out.push_back(std::move(port));
+    }
+  }
+  return out;
+}
+
+Status InstanceRuntime::check_ports_free(const InstanceSpec& spec) const {
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record || id == spec.instance_id) continue;
+    for (const auto& theirs : slot->record->desired.ports) {
+      for (const auto& ours : spec.ports) {
+        if (ours.host_port == theirs.host_port && ours.protocol == theirs.protocol) {
+          return fail(ErrorCode::conflict, "host port " + ours.protocol + "/" +
+                                               std::to_string(ours.host_port) +
+                                               " is already published for instance " + id);
+        }
+      }
+    }
+  }
+  return ok();
+}
+
+awaitable<Status> InstanceRuntime::apply_firewall() {
+  // The snapshot is taken now, on the strand; the single firewall thread applies snapshots
+  // in the order they were taken, so the last one applied is the newest.
+  auto ports = published_ports();
+  auto job = [this, ports = std::move(ports)]() -> Status { return firewall_.apply(ports); };
+  co_return co_await offload<Status>(firewall_thread_.get_executor(), std::move(job));
+}
+
+awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
+                                                      std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto log = co_await driver_->logs(container_id, kHostKeyLogTail);
+    if (log) {
+      if (auto key = find_host_key(*log)) co_return *key;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) co_return std::string();
+    net::steady_timer timer(co_await net::this_coro::executor, std::chrono::milliseconds(25));
+    boost::system::error_code ec;
+    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<void> InstanceRuntime::remove_container_quietly(std::string container_id) {
+  auto removed = co_await driver_->remove(container_id);
+  if (!removed) {
+    spdlog::warn(R"({{"event":"instance_revert_failed","container":"{}","error":"{}"}})", container_id,
+                 error_text(removed.error()));
+  }
+}
+
+// ---- instance.ensure ---------------------------------------------------------------------
+
+namespace {
+
+struct Secrets {
+  std::string authorized_keys;
+  std::optional<std::string> password_hash;
+};
+
+Result<Secrets> secrets_from_json(const json::object& desired) {
+  Secrets s;
+  if (const auto* keys = desired.if_contains("authorized_keys"); keys && !keys->is_null()) {
+    if (!keys->is_string()) return invalid("authorized_keys must be a string");
+    s.authorized_keys = std::string(keys->as_string());
+    if (s.authorized_keys.size() > 256 * 1024) return invalid("authorized_keys is larger than 256 KiB");
+    if (s.authorized_keys.find('\0') != std::string::npos) return invalid("authorized_keys holds a NUL byte");
+  }
+  if (const auto* hash = desired.if_contains("password_hash"); hash && !hash->is_null()) {
+    if (!hash->is_string()) return invalid("password_hash must be a string or null");
+    std::string h(hash->as_string());
+    if (h.empty() || h.size() > 1024 || h.find_first_of(std::string("\n\r\0", 3)) != std::string::npos ||
+        h.front() != '$') {
+      return invalid("password_hash must be one crypt(3) hash, e.g. \"$6$...\"");
+    }
+    s.password_hash = std::move(h);
+  }
+  return s;
+}
+
+}  // namespace
+
+awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
+  auto parsed = instance_spec_from_json(desired);
+  if (!parsed) co_return fail(std::move(parsed.error()));
+  const InstanceSpec spec = std::move(*parsed);
+  auto secrets = secrets_from_json(desired);
+  if (!secrets) co_return fail(std::move(secrets.error()));
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  const std::string id = spec.instance_id;
+  // Checked again below, atomically with taking the ports; this early check only answers a
+  // clash before any engine call.
+  if (auto s = check_ports_free(spec); !s) co_return fail(std::move(s.error()));
+
+  Instance& slot = instance_slot(id);
+  co_await slot.lock.lock();
+  Unlocker guard(slot.lock);
+
+  if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
+
+  const bool had_record = slot.record.has_value();
+  const std::optional<InstanceRecord> old_record = slot.record;
+  InstanceRecord record;
+  if (had_record) {
+    record = *slot.record;
+  } else {
+    record.desired.instance_id = id;
+  }
+  Revert revert;
+
+  // The steps; each registers its undo in `revert`, run below if a later step fails.
+  auto run = [&]() -> awaitable<Result<json::object>> {
+    // 1. The container, if it exists: by recorded id, else by name, else by labels.
+    auto found = co_await driver_->recover(driver_state_for(record));
+    if (!found) co_return fail(std::move(found.error()));
+    ContainerStatus container = std::move(*found);
+
+    // 2. The address: kept for the instance's life; a container found without a record
+    //    keeps the address it has when that is free.
+    if (!had_record) {
+      std::string preferred = container.exists ? container.ipv4 : std::string();
+      auto ip = co_await allocate_ip(id, std::move(preferred));
+      if (!ip) co_return fail(std::move(ip.error()));
+      record.ipv4 = *ip;
+      revert.add_sync([this, ip = *ip] { reserved_ips_.erase(ip); });
+    }
+
+    // 3. The record, before the engine is asked for anything new (a crash after this finds
+    //    the container again by name and labels). Host ports are checked here, with no
+    //    suspension between the check and the record taking them.
+    if (auto s = check_ports_free(spec); !s) co_return fail(std::move(s.error()));
+    record.desired = spec;
+    if (container.exists) {
+      record.container_id = container.id;
+      record.driver_state = encode_driver_state(driver_state_for(record));
+      if (record.created_with.image.empty()) {
+        // Adopted without a record: what the engine says it was created with.
+        record.created_with.image = container.image;
+        record.created_with.cpu = spec.cpu;
+        record.created_with.memory_gib = container.memory_bytes / kGiB;
+        record.created_with.hostname = spec.name;
+        record.created_with.gpu_uuids = effective_gpus(spec);
+      }
+    }
+    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    slot.record = record;
+    reserved_ips_.erase(record.ipv4);
+    if (!had_record) {
+      revert.add_sync([this, &slot, id] {
+        slot.record.reset();
+        if (auto s = store_.remove_instance(id); !s) {
+          spdlog::warn(R"({{"event":"instance_revert_failed","instance":"{}","error":"{}"}})", id,
+                       error_text(s.error()));
+        }
+      });
+    } else {
+      revert.add_sync([this, &slot, old = *old_record] {
+        slot.record = old;
+        (void)store_.save_instance(old);
+      });
+    }
+
+    // 4. The init's inputs (read at every boot).
+    auto config_changed = store_.write_config(id, secrets->authorized_keys, secrets->password_hash);
+    if (!config_changed) co_return fail(std::move(config_changed.error()));
+
+    // 5. The container: create when missing, then start or stop as desired.
+    bool created = false, booted = false;
+    bool cpus_capped = false;
+    if (!container.exists) {
+      ContainerSpec cs;
+      cs.name = container_name(id);
+      cs.image = spec.image;
+      cs.hostname = spec.name;
+      cs.labels = {{std::string(kInstallationLabel), installation_id_},
+                   {std::string(kInstanceLabel), id}};
+      cs.cpus = spec.cpu;
+      cs.memory_bytes = spec.memory_gib * kGiB;
+      cs.network = network_name_;
+      cs.ipv4 = record.ipv4;
+      cs.init_config_dir = store_.config_dir(id);
+      cs.gpu_uuids = effective_gpus(spec);
+      ContainerSpec retry_spec = cs;
+      auto made = co_await driver_->create(std::move(cs));
+      if (!made && made.error().code == ErrorCode::not_found && contains(made.error().detail, "network")) {
+        // The network went away under us: make it again (same subnet) and retry once.
+        network_checked_ = false;
+        if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
+        made = co_await driver_->create(std::move(retry_spec));
+      }
+      if (!made) co_return fail(std::move(made.error()));
+      created = true;
+      cpus_capped = made->cpus_capped;
+      revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
+      record.container_id = made->id;
+      record.driver_state = encode_driver_state(driver_state_for(record));
+      record.host_key.clear();  // a new filesystem: the init makes a new key
+      record.created_with = CreatedWith{spec.image, spec.name, spec.cpu, spec.memory_gib, effective_gpus(spec)};
+      if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+      slot.record = record;
+      container.exists = true;
+      container.id = made->id;
+      container.running = false;
+      container.state = "created";
+    }
+    if (spec.state == "running" && !container.running) {
+      if (auto s = co_await driver_->start(record.container_id); !s) co_return fail(std::move(s.error()));
+      booted = true;
+    } else if (spec.state == "stopped" && container.running) {
+      if (auto s = co_await driver_->stop(record.container_id, options_.stop_grace); !s) {
+        co_return fail(std::move(s.error()));
+      }
+    }
+
+    // 6. What the engine now says, and the host key the init printed at boot.
+    auto now = co_await driver_->inspect(record.container_id);
+    if (!now) co_return fail(std::move(now.error()));
+    if (!now->exists) co_return fail(ErrorCode::conflict, "container " + record.container_id + " vanished");
+    if (now->running) {
+      const std::chrono::milliseconds wait = booted ? options_.host_key_wait : std::chrono::milliseconds(0);
+      if (booted || record.host_key.empty()) {
+        std::string key = co_await read_host_key(record.container_id, wait);
+        if (!key.empty()) record.host_key = key;
+      }
+    }
+    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    slot.record = record;
+
+    // 7. Publish: the whole table, from every running instance of this installation.
+    if (auto s = co_await apply_firewall(); !s) co_return fail(std::move(s.error()));
+
+    const double applied = static_cast<double>(now->nano_cpus) / 1e9;
+    if (!created) cpus_capped = now->nano_cpus > 0 && applied + 1e-6 < record.created_with.cpu;
+    json::array drift;
+    const auto& cw = record.created_with;
+    if (!cw.image.empty() && cw.image != spec.image) drift.emplace_back("image");
+    if (!cw.hostname.empty() && cw.hostname != spec.name) drift.emplace_back("name");
+    if (cw.cpu > 0 && std::fabs(cw.cpu - spec.cpu) > 1e-9) drift.emplace_back("cpu");
+    if (cw.memory_gib > 0 && cw.memory_gib != spec.memory_gib) drift.emplace_back("memory_gib");
+    if (cw.gpu_uuids != effective_gpus(spec)) drift.emplace_back("gpu_uuids");
+    json::array ports;
+    for (const auto& p : spec.ports) {
+      ports.push_back(json::object{{"container_port", p.container_port},
+                                   {"host_port", p.host_port},
+                                   {"protocol", p.protocol},
+                                   {"published", spec.state == "running"}});
+    }
+    json::object observed{
+        {"instance_id", id},
+        {"container_id", record.container_id},
+        {"container_name", container_name(id)},
+        {"created", created},
+        {"running", now->running},
+        {"state", now->state},
+        {"exit_code", now->exit_code},
+        {"oom_killed", now->oom_killed},
+        {"started_at", now->started_at},
+        {"finished_at", now->finished_at},
+        {"ipv4", record.ipv4},
+        {"network", network_name_},
+        {"host_key", nullable(record.host_key)},
+        {"cpus", applied},
+        {"cpus_capped", cpus_capped},
+        {"memory_bytes", now->memory_bytes},
+        {"config_changed", *config_changed},
+        {"ports", std::move(ports)},
+        // Desired fields the existing container cannot take (it needs recreating).
+        {"drift", std::move(drift)},
+    };
+    co_return observed;
+  };
+
+  // (A named lambda, not one written inside the co_await: g++ 12 can destroy such a
+  // temporary twice. `run` and what it refers to outlive the coroutine it returns.)
+  auto result = co_await run();
+  if (!result) {
+    co_await revert.undo();
+    // The table may have been applied with this call's record: bring it back in line.
+    auto reapplied = co_await apply_firewall();
+    if (!reapplied) {
+      spdlog::warn(R"({{"event":"instance_firewall_reapply_failed","error":"{}"}})",
+                   error_text(reapplied.error()));
+    }
+    co_return fail(std::move(result.error()));
+  }
+  revert.success();
+  spdlog::info(R"({{"event":"instance_ensured","instance":"{}","state":"{}","container":"{}"}})", id,
+               spec.state, record.container_id);
+  co_return result;
+}
+
+// ---- instance.remove ---------------------------------------------------------------------
+
+awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
+  const auto* idv = desired.if_contains("instance_id");
+  if (!idv || !idv->is_string() || !is_valid_instance_id(idv->as_string())) {
+    co_return invalid("instance_id is required: 1-64 of [A-Za-z0-9_.-]");
+  }
+  const std::string id(idv->as_string());
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  Instance& slot = instance_slot(id);
+  co_await slot.lock.lock();
+  Unlocker guard(slot.lock);
+
+  json::array removed;
+  if (slot.record && !slot.record->container_id.empty()) {
+    if (auto s = co_await driver_->remove(slot.record->container_id); !s) co_return fail(std::move(s.error()));
+    removed.emplace_back(slot.record->container_id);
+  }
+  // Any other container of this instance (a crash between create and record, a copy made by
+  // hand with our labels).
+  std::map<std::string, std::string> filter{{std::string(kInstallationLabel), installation_id_},
+                                            {std::string(kInstanceLabel), id}};
+  auto others = co_await driver_->list(std::move(filter));
+  if (!others) co_return fail(std::move(others.error()));
+  for (const auto& c : *others) {
+    if (auto s = co_await driver_->remove(c.id); !s) co_return fail(std::move(s.error()));
+    removed.emplace_back(c.id);
+  }
+  auto by_name = co_await driver_->inspect(container_name(id));
+  if (by_name && by_name->exists && by_name->name == container_name(id)) {
+    if (auto s = co_await driver_->remove(by_name->id); !s) co_return fail(std::move(s.error()));
+    removed.emplace_back(by_name->id);
+  }
+
+  const bool had_record = slot.record.has_value();
+  std::optional<InstanceRecord> old = std::move(slot.record);
+  slot.record.reset();
+  if (auto s = co_await apply_firewall(); !s) {
+    slot.record = std::move(old);  // the record stays until its ports are gone
+    co_return fail(std::move(s.error()));
+  }
+  if (auto s = store_.remove_instance(id); !s) co_return fail(std::move(s.error()));
+  spdlog::info(R"({{"event":"instance_removed","instance":"{}","containers":{}}})", id, removed.size());
+  co_return json::object{{"instance_id", id},
+                         {"existed", had_record || !removed.empty()},
+                         {"removed_containers", std::move(removed)}};
+}
+
+// ---- instance.status ---------------------------------------------------------------------
+
+awaitable<Result<json::object>> InstanceRuntime::status() {
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  std::map<std::string, std::string> filter{{std::string(kInstallationLabel), installation_id_}};
+  auto listed = co_await driver_->list(std::move(filter));
+  if (!listed) co_return fail(std::move(listed.error()));
+  std::vector<bool> matched(listed->size(), false);
+
+  json::array instances;
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record) continue;
+    const InstanceRecord& r = *slot->record;
+    const std::string name = container_name(id);
+    ContainerStatus c;
+    c.exists = false;
+    for (std::size_t i = 0; i < listed->size(); ++i) {
+      const auto& candidate = (*listed)[i];
+      if ((!r.container_id.empty() && candidate.id == r.container_id) || candidate.name == name) {
+        matched[i] = true;
+        if (!c.exists || candidate.id == r.container_id) c = candidate;
+      }
+    }
+    instances.push_back(json::object{
+        {"instance_id", id},
+        {"container_id", c.exists ? c.id : r.container_id},
+        {"exists", c.exists},
+        {"running", c.exists && c.running},
+        {"state", c.exists ? c.state : std::string("missing")},
+        {"exit_code", c.exists ? c.exit_code : 0},
+        {"oom_killed", c.exists && c.oom_killed},
+        {"started_at", c.started_at},
+        {"finished_at", c.finished_at},
+        {"desired_state", r.desired.state},
+        {"ipv4", r.ipv4},
+        {"host_key", nullable(r.host_key)},
+        {"state_reason", state_reason(c, r.desired.state)},
+    });
+  }
+  json::array unknown;
+  for (std::size_t i = 0; i < listed->size(); ++i) {
+    if (matched[i]) continue;
+    const auto& c = (*listed)[i];
+    auto label = c.labels.find(std::string(kInstanceLabel));
+    unknown.push_back(json::object{
+        {"container_id", c.id},
+        {"name", c.name},
+        {"instance_label", label == c.labels.end() ? json::value(nullptr) : json::value(label->second)},
+        {"running", c.running},
+        {"state", c.state},
+        {"exit_code", c.exit_code},
+    });
+  }
+  co_return json::object{{"instances", std::move(instances)}, {"unknown_containers", std::move(unknown)}};
+}
+
+// ---- instance.stop_unknown ---------------------------------------------------------------
+
+awaitable<Result<json::object>> InstanceRuntime::stop_unknown(json::object desired) {
+  const auto* idv = desired.if_contains("container_id");
+  if (!idv || !idv->is_string() || idv->as_string().empty() || idv->as_string().size() > 128) {
+    co_return invalid("container_id is required");
+  }
+  const std::string requested(idv->as_string());
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  auto c = co_await driver_->inspect(requested);
+  if (!c) co_return fail(std::move(c.error()));
+  if (!c->exists) co_return fail(ErrorCode::not_found, "no container " + requested);
+  auto label = c->labels.find(std::string(kInstallationLabel));
+  if (label == c->labels.end() || label->second != installation_id_) {
+    co_return fail(ErrorCode::forbidden, "container " + requested + " is not one of installation " + installation_id_ + "'s");
+  }
+  for (const auto& [id, slot] : instances_) {
+    if (slot->record && (slot->record->container_id == c->id || container_name(id) == c->name)) {
+      co_return fail(ErrorCode::conflict, "container " + requested + " is instance " + id +
+                                              "'s; it is managed with instance.ensure");
+    }
+  }
+  if (c->running) {
+    if (auto s = co_await driver_->stop(c->id, options_.stop_grace); !s) co_return fail(std::move(s.error()));
+  }
+  auto after = co_await driver_->inspect(c->id);
+  if (!after) co_return fail(std::move(after.error()));
+  spdlog::warn(R"({{"event":"unknown_container_stopped","container":"{}","name":"{}"}})", c->id, c->name);
+  co_return json::object{{"container_id", c->id},
+                         {"name", c->name},
+                         {"exists", after->exists},
+                         {"running", after->exists && after->running},
+                         {"state", after->state},
+                         {"exit_code", after->exit_code}};
+}
+
+// ---- instance.exec -----------------------------------------------------------------------
+
+awaitable<Result<json::object>> InstanceRuntime::exec(json::object desired) {
+  const auto* idv = desired.if_contains("instance_id");
+  if (!idv || !idv->is_string() || !is_valid_instance_id(idv->as_string())) {
+    co_return invalid("instance_id is required");
+  }
+  const std::string id(idv->as_string());
+  std::vector<std::string> argv;
+  const auto* av = desired.if_contains("argv");
+  if (!av || !av->is_array() || av->as_array().empty()) co_return invalid("argv must be a non-empty array of strings");
+  for (const auto& a : av->as_array()) {
+    if (!a.is_string()) co_return invalid("argv must be a non-empty array of strings");
+    argv.emplace_back(a.as_string());
+  }
+  std::chrono::milliseconds timeout = options_.exec_timeout;
+  if (const auto* t = desired.if_contains("timeout_ms"); t && !t->is_null()) {
+    if (!t->is_int64() || t->as_int64() < 1 || t->as_int64() > 3'600'000) {
+      co_return invalid("timeout_ms must be 1-3600000");
+    }
+    timeout = std::chrono::milliseconds(t->as_int64());
+  }
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  auto it = instances_.find(id);
+  if (it == instances_.end() || !it->second->record) co_return fail(ErrorCode::not_found, "no instance " + id);
+  std::string container_id = it->second->record->container_id;
+  if (container_id.empty()) co_return fail(ErrorCode::conflict, "instance " + id + " has no container yet");
+  auto res = co_await driver_->exec_run(std::move(container_id), std::move(argv), timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  co_return json::object{{"exit_code", res->exit_code}, {"stdout", res->out}, {"stderr", res->err}};
+}
+
+}  // namespace gpucloud::agent

@@ -1,0 +1,144 @@
+#pragma once
+// The agent's instance runtime: makes "instance X should be running (or stopped) with ..."
+// true on this host, through the runtime driver (containers), gpucloud's nftables table
+// (published ports) and its own state directory (agent_state.h). It serves these commands on
+// a LocalAgent (or any agent that dispatches by command kind):
+//
+//   instance.ensure        desired: the instance's whole desired state; creates, starts or
+//                          stops the container, writes the init's config, publishes ports
+//   instance.remove        desired: {"instance_id"}; the container (forced), ports, config,
+//                          record; the address returns to the pool
+//   instance.status        desired: {}; every container of this installation and every
+//                          recorded instance, plus containers with our label and no record
+//   instance.stop_unknown  desired: {"container_id"}; stops (never deletes) such a container
+//   instance.exec          desired: {"instance_id","argv":[...],"timeout_ms"?}; captured exec
+//
+// Every command is idempotent (the same desired state twice changes nothing the second time),
+// answers errors as values, and undoes what it did when a later step fails (a container it
+// created is removed again if it cannot be started, a new record and its address released).
+// Commands for one instance run one at a time; different instances proceed concurrently.
+//
+// Restarts: nothing here stops a container when the agent stops. start() reloads the state
+// directory, re-checks the network and re-applies the firewall for the recorded instances;
+// containers are found again from their persisted DriverState (id, then name, then labels).
+//
+// All coroutines run on a strand of the executor given to the constructor; nft runs on a
+// private thread (it forks and waits).
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/json/object.hpp>
+
+#include "agent/agent_protocol.h"
+#include "agent/agent_state.h"
+#include "agent/firewall/nftables.h"
+#include "agent/runtime/runtime_driver.h"
+#include "core/result.h"
+
+namespace gpucloud::agent {
+
+class LocalAgent;
+
+inline constexpr std::string_view kInstallationLabel = "gpucloud.installation";
+inline constexpr std::string_view kInstanceLabel = "gpucloud.instance";
+
+class InstanceRuntime {
+ public:
+  struct Options {
+    std::chrono::seconds stop_grace{10};
+    // How long ensure waits, after booting a container, for the init's host-key line.
+    std::chrono::milliseconds host_key_wait{3000};
+    std::chrono::milliseconds exec_timeout{30'000};  // instance.exec without timeout_ms
+  };
+
+  // `installation_id` names the network (gpucloud-<id>), the containers
+  // (gpucloud-<id>-<instance id>) and their gpucloud.installation label;
+  // [A-Za-z0-9][A-Za-z0-9_.-]{0,39}. `init_script_path` is the host file the driver bind-mounts at
+  // /.gpucloud/init (checked to exist at start; empty: not checked). `firewall_table`: the
+  // nftables table for this installation's ports ("gpucloud..."; see port_rules.h).
+  InstanceRuntime(boost::asio::any_io_executor loop, std::string installation_id,
+                  std::string state_dir, std::unique_ptr<RuntimeDriver> driver,
+                  std::string init_script_path, std::string firewall_table);
+  InstanceRuntime(boost::asio::any_io_executor loop, std::string installation_id,
+                  std::string state_dir, std::unique_ptr<RuntimeDriver> driver,
+                  std::string init_script_path, std::string firewall_table, Options options);
+  ~InstanceRuntime();
+  InstanceRuntime(const InstanceRuntime&) = delete;
+  InstanceRuntime& operator=(const InstanceRuntime&) = delete;
+
+  // Re-attach: load the state directory, ensure the network (choosing and persisting its
+  // subnet the first time), re-apply the firewall for every recorded running instance.
+  // Touches no container. Commands arriving before it call it themselves.
+  boost::asio::awaitable<Status> start();
+
+  // Adds the instance.* handlers. The runtime must outlive the agent's use of them.
+  void register_handlers(LocalAgent& agent);
+
+  // The command handlers (what register_handlers installs), callable directly.
+  boost::asio::awaitable<Result<CommandOutcome>> handle(Command command);
+
+  const std::string& network_name() const { return network_name_; }
+  // The network's subnet once known ("" before start).
+  std::string subnet() const { return network_ ? network_->subnet : std::string(); }
+  // Problems met loading the state directory (unreadable records), for the operator.
+  const std::vector<std::string>& load_problems() const { return load_problems_; }
+  RuntimeDriver& driver() { return *driver_; }
+
+ private:
+  struct Instance;  // in-memory record plus its per-instance lock
+  class AsyncLock;
+
+  boost::asio::awaitable<Result<CommandOutcome>> dispatch(Command command);
+  boost::asio::awaitable<Status> start_on_strand();
+  boost::asio::awaitable<Status> start_locked();
+  boost::asio::awaitable<Status> ensure_started();
+  boost::asio::awaitable<Status> ensure_network();
+
+  boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> status();
+  boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
+
+  boost::asio::awaitable<Result<std::string>> allocate_ip(std::string instance_id,
+                                                          std::string preferred);
+  boost::asio::awaitable<Status> apply_firewall();
+  boost::asio::awaitable<std::string> read_host_key(std::string container_id,
+                                                    std::chrono::milliseconds wait);
+  boost::asio::awaitable<void> remove_container_quietly(std::string container_id);
+
+  std::string container_name(const std::string& instance_id) const;
+  DriverState driver_state_for(const InstanceRecord& record) const;
+  std::vector<firewall::PublishedPort> published_ports() const;
+  Status check_ports_free(const InstanceSpec& spec) const;
+  Instance& instance_slot(const std::string& instance_id);
+
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
+  std::string installation_id_;
+  std::string network_name_;
+  AgentStateStore store_;
+  std::unique_ptr<RuntimeDriver> driver_;
+  std::string init_script_path_;
+  firewall::NftablesFirewall firewall_;
+  Options options_;
+  boost::asio::thread_pool firewall_thread_{1};
+
+  bool started_ = false;
+  std::unique_ptr<AsyncLock> start_lock_;
+  std::optional<NetworkRecord> network_;
+  bool network_checked_ = false;
+  std::map<std::string, std::unique_ptr<Instance>> instances_;
+  std::set<std::string> reserved_ips_;  // handed out, record not yet saved
+  std::vector<std::string> load_problems_;
+};
+
+}  // namespace gpucloud::agent

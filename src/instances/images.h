@@ -1,0 +1,38 @@
+#pragma once
+// The image market: the base image the set-up command builds, the operator's [[images]],
+// and users' private custom images.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "config/config.h"
+#include "core/time_format.h"
+#include "store/database.h"
+
+namespace gpucloud::instances {
+
+inline constexpr const char* kBaseImageName = "debian-12-base";
+inline constexpr const char* kBaseEngineImage = "gpucloud/base:bookworm-1";
+
+struct Image {
+  std::string id, name, engine_image, description, os, python, cuda;
+  std::map<std::string, std::string> frameworks;
+  std::int64_t size_bytes = 0;
+  std::string visibility;  // public | private
+  std::optional<std::string> owner;
+  std::string state;
+  bool ssh = true;
+  SysTime created_at;
+};
+
+// Lists the base image and the config's images as public images (kept in step with the config).
+Status seed_public_images(store::Database& db, const config::Config& config, SysTime now);
+Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer);
+// Public images and the viewer's own; others' private images are "not found".
+Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name);
+boost::json::object image_json(const Image& image);
+
+}  // namespace gpucloud::instances

@@ -1,0 +1,259 @@
+#include "instances/instance_record.h"
+
+#include <algorithm>
+#include <set>
+
+#include <boost/json.hpp>
+
+namespace gpucloud::instances {
+namespace json = boost::json;
+
+bool is_transitional(const std::string& s) {
+  return s == "creating" || s == "starting" || s == "stopping" || s == "releasing";
+}
+
+namespace {
+std::string keys_text(const std::vector<std::string>& keys) {
+  json::array a;
+  for (const auto& k : keys) a.push_back(json::value(k));
+  return json::serialize(a);
+}
+std::vector<std::string> keys_from(const std::string& text) {
+  std::vector<std::string> out;
+  boost::system::error_code ec;
+  auto v = json::parse(text, ec);
+  if (!ec && v.is_array())
+    for (const auto& k : v.as_array())
+      if (k.is_string()) out.emplace_back(k.as_string());
+  return out;
+}
+std::optional<std::int64_t> micros(const std::optional<SysTime>& t) {
+  return t ? std::optional(to_unix_micros(*t)) : std::nullopt;
+}
+std::optional<SysTime> time_of(const std::optional<std::int64_t>& v) {
+  return v ? std::optional(from_unix_micros(*v)) : std::nullopt;
+}
+
+constexpr const char* kColumns =
+    "SELECT i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, h.name, i.gpu_model, i.gpu_count, i.cpu, "
+    "i.memory_gib, i.no_gpu, i.system_disk_gib, i.image_id, i.ssh_keys, i.password_hash, i.billing_mode, i.auto_renew, "
+    "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, i.charged, i.created_at, "
+    "i.started_at, i.stopped_at, i.released_at FROM instances i LEFT JOIN hosts h ON h.id = i.host_id ";
+
+Instance instance_from(const store::Row& r) {
+  Instance i;
+  i.id = r.text(0);
+  i.owner = r.text(1);
+  i.name = r.text(2);
+  i.state = r.text(3);
+  i.state_reason = r.text(4);
+  i.zone = r.text(5);
+  i.host_id = r.opt_text(6);
+  i.host_name = r.opt_text(7);
+  i.gpu_model = r.opt_text(8);
+  i.gpu_count = static_cast<int>(r.int64(9));
+  i.cpu = static_cast<int>(r.int64(10));
+  i.memory_gib = r.int64(11);
+  i.no_gpu = r.int64(12) != 0;
+  i.system_disk_gib = r.int64(13);
+  i.image_id = r.text(14);
+  i.ssh_keys = keys_from(r.text(15));
+  i.password_hash = r.opt_text(16);
+  i.billing_mode = r.text(17);
+  i.auto_renew = r.int64(18) != 0;
+  i.price_per_hour = r.int64(19);
+  i.ipv4 = r.opt_text(20);
+  i.host_key = r.opt_text(21);
+  i.container_id = r.opt_text(22);
+  i.cpus_capped = r.int64(23) != 0;
+  i.run_seconds = r.int64(24);
+  i.charged = r.int64(25);
+  i.created_at = from_unix_micros(r.int64(26));
+  i.started_at = time_of(r.opt_int64(27));
+  i.stopped_at = time_of(r.opt_int64(28));
+  i.released_at = time_of(r.opt_int64(29));
+  return i;
+}
+
+Status attach_details(store::Database& db, Instance& i) {
+  auto ports = db.all("SELECT container_port, protocol, host_port FROM instance_ports WHERE instance_id = ? "
+                      "ORDER BY container_port",
+                      {i.id});
+  if (!ports) return fail(ports.error());
+  for (const auto& p : *ports) i.ports.push_back(PortBinding{static_cast<int>(p.int64(0)), p.text(1), static_cast<int>(p.int64(2))});
+  auto gpus = db.all("SELECT g.uuid, g.simulated FROM reservations r JOIN gpu_reservations gr ON gr.reservation_id = r.id "
+                     "AND gr.active = 1 JOIN gpus g ON g.host_id = gr.host_id AND g.idx = gr.gpu_index "
+                     "WHERE r.holder = ? AND r.active = 1 ORDER BY gr.gpu_index",
+                     {i.id});
+  if (!gpus) return fail(gpus.error());
+  for (const auto& g : *gpus) {
+    i.gpu_uuids.push_back(g.text(0));
+    i.gpus_simulated = i.gpus_simulated || g.int64(1) != 0;
+  }
+  return ok();
+}
+
+Result<std::vector<Instance>> load_many(store::Database& db, const std::string& sql, std::initializer_list<store::Arg> args) {
+  auto rows = db.all(sql, args);
+  if (!rows) return fail(rows.error());
+  std::vector<Instance> out;
+  for (const auto& r : *rows) {
+    out.push_back(instance_from(r));
+    if (auto s = attach_details(db, out.back()); !s) return fail(s.error());
+  }
+  return out;
+}
+}  // namespace
+
+Status insert_instance(store::Database& db, const Instance& i) {
+  return db.run(
+      "INSERT INTO instances (id, owner, name, state, state_reason, zone, host_id, gpu_model, gpu_count, cpu, memory_gib, "
+      "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      {i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
+       i.no_gpu, i.system_disk_gib, i.image_id, keys_text(i.ssh_keys), i.password_hash, i.billing_mode, i.auto_renew,
+       i.price_per_hour, to_unix_micros(i.created_at)});
+}
+
+Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id) {
+  auto many = load_many(db, std::string(kColumns) + "WHERE i.id = ?", {id});
+  if (!many) return fail(many.error());
+  if (many->empty()) return std::optional<Instance>{};
+  return std::optional<Instance>{std::move(many->front())};
+}
+
+Result<Instance> find_owned_instance(store::Database& db, const std::string& owner, const std::string& id_or_name) {
+  auto many = load_many(db, std::string(kColumns) + "WHERE i.owner = ? AND i.state != 'released' AND (i.id = ? OR i.name = ?)",
+                        {owner, id_or_name, id_or_name});
+  if (!many) return fail(many.error());
+  if (many->empty()) return fail(ErrorCode::not_found, "instance " + id_or_name + " not found");
+  return std::move(many->front());
+}
+
+Result<std::vector<Instance>> list_instances(store::Database& db, const std::optional<std::string>& owner,
+                                             const std::optional<std::string>& state) {
+  std::string sql = std::string(kColumns) + "WHERE (? IS NULL OR i.owner = ?) AND ";
+  sql += state ? "i.state = ? " : "(? IS NULL AND i.state != 'released') ";
+  sql += "ORDER BY i.created_at DESC, i.id DESC";
+  return load_many(db, sql, {owner, owner, state});
+}
+
+Result<std::vector<Instance>> live_instances(store::Database& db) {
+  return load_many(db, std::string(kColumns) + "WHERE i.state != 'released' ORDER BY i.created_at", {});
+}
+
+Status compare_and_set_state(store::Database& db, const std::string& id, const std::vector<std::string>& from,
+                             const std::string& to, const std::string& reason) {
+  auto current = db.one("SELECT state FROM instances WHERE id = ?", {id});
+  if (!current) return fail(current.error());
+  if (!*current) return fail(ErrorCode::not_found, "instance " + id + " not found");
+  std::string state = (*current)->text(0);
+  if (std::find(from.begin(), from.end(), state) == from.end())
+    return fail(ErrorCode::conflict, "the instance is " + state);
+  return db.run("UPDATE instances SET state = ?, state_reason = ? WHERE id = ? AND state = ?", {to, reason, id, state});
+}
+
+Status update_instance_fields(store::Database& db, const Instance& i) {
+  return db.run(
+      "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
+      "memory_gib = ?, no_gpu = ?, ssh_keys = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, container_id = ?, "
+      "cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ? WHERE id = ?",
+      {i.name, i.state, i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib, i.no_gpu,
+       keys_text(i.ssh_keys), i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds,
+       i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.id});
+}
+
+Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,
+                                                const std::string& host_id, const std::vector<int>& container_ports) {
+  auto range = db.one("SELECT port_min, port_max FROM hosts WHERE id = ?", {host_id});
+  if (!range || !*range) return fail(ErrorCode::internal, "host " + host_id + " has no port range");
+  auto used_rows = db.all("SELECT host_port FROM instance_ports WHERE host_id = ?", {host_id});
+  if (!used_rows) return fail(used_rows.error());
+  std::set<int> used;
+  for (const auto& r : *used_rows) used.insert(static_cast<int>(r.int64(0)));
+  std::vector<PortBinding> out;
+  int next = static_cast<int>((*range)->int64(0));
+  int last = static_cast<int>((*range)->int64(1));
+  for (int cp : container_ports) {
+    while (next <= last && used.count(next)) ++next;
+    if (next > last) return fail(ErrorCode::no_capacity, "no free host port left on the host for port " + std::to_string(cp));
+    if (auto s = db.run("INSERT INTO instance_ports (instance_id, container_port, protocol, host_id, host_port) "
+                        "VALUES (?, ?, 'tcp', ?, ?)",
+                        {instance_id, cp, host_id, next});
+        !s)
+      return fail(s.error());
+    out.push_back(PortBinding{cp, "tcp", next});
+    used.insert(next);
+  }
+  return out;
+}
+
+Status free_ports(store::Database& db, const std::string& instance_id) {
+  return db.run("DELETE FROM instance_ports WHERE instance_id = ?", {instance_id});
+}
+
+json::object instance_json(const Instance& i, const ViewContext& view, std::int64_t run_seconds_now) {
+  auto opt = [](const std::optional<std::string>& v) { return v ? json::value(*v) : json::value(nullptr); };
+  auto opt_time = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
+  json::array gpus;
+  for (std::size_t n = 0; n < i.gpu_uuids.size(); ++n)
+    gpus.push_back(json::object{{"index", static_cast<std::int64_t>(n)}, {"uuid", i.gpu_uuids[n]}, {"simulated", i.gpus_simulated}});
+  json::array ports;
+  json::value ssh = nullptr;
+  for (const auto& p : i.ports) {
+    ports.push_back(json::object{{"port", p.container_port},
+                                 {"protocol", p.protocol},
+                                 {"host", view.public_host},
+                                 {"host_port", p.host_port},
+                                 {"allowed", true}});
+    if (p.container_port == 22 && p.protocol == "tcp")
+      ssh = json::object{{"host", view.public_host},
+                         {"port", p.host_port},
+                         {"user", "root"},
+                         {"command", "ssh -p " + std::to_string(p.host_port) + " root@" + view.public_host},
+                         {"host_key", opt(i.host_key)}};
+  }
+  json::array keys;
+  for (const auto& k : i.ssh_keys) keys.push_back(json::value(k));
+  json::object o;
+  o["id"] = i.id;
+  o["name"] = i.name;
+  o["owner"] = i.owner;
+  o["state"] = i.state;
+  o["state_reason"] = i.state_reason.empty() ? json::value(nullptr) : json::value(i.state_reason);
+  o["zone"] = i.zone;
+  o["host"] = opt(i.host_name);
+  o["gpu_model"] = opt(i.gpu_model);
+  o["gpu_count"] = i.gpu_count;
+  o["gpus"] = std::move(gpus);
+  o["simulated"] = i.gpus_simulated;
+  o["cpu"] = i.cpu;
+  o["cpu_capped_to_machine"] = i.cpus_capped;
+  o["memory_gib"] = i.memory_gib;
+  o["system_disk_gib"] = i.system_disk_gib;
+  o["image"] = i.image_id;
+  o["no_gpu"] = i.no_gpu;
+  o["data_disks"] = json::array{};
+  o["security_group"] = nullptr;
+  o["ssh"] = std::move(ssh);
+  o["ssh_keys"] = std::move(keys);
+  o["password_login"] = i.password_hash.has_value();
+  o["ports"] = std::move(ports);
+  o["ipv4"] = opt(i.ipv4);
+  o["jupyter_url"] = nullptr;
+  o["billing"] = json::object{{"mode", i.billing_mode},
+                              {"auto_renew", i.auto_renew},
+                              {"expires_at", nullptr},
+                              {"price_per_hour", i.price_per_hour},
+                              {"currency", view.currency}};
+  o["autostop"] = nullptr;
+  o["created_at"] = format_rfc3339(i.created_at);
+  o["started_at"] = opt_time(i.started_at);
+  o["stopped_at"] = opt_time(i.stopped_at);
+  o["run_seconds"] = run_seconds_now;
+  o["charged"] = i.charged;
+  o["currency"] = view.currency;
+  return o;
+}
+
+}  // namespace gpucloud::instances

@@ -1,0 +1,656 @@
+// The agent's instance runtime (src/agent/instance_runtime.h) against a real Docker Engine and
+// the real nftables: instance.ensure/remove/status/stop_unknown/exec run through LocalAgent,
+// as the control plane will send them. Tests named DOCKER_ROOT_* skip themselves with a
+// message when not root, when no engine answers on /var/run/docker.sock, when the base image
+// or nft is missing (scripts/start-dockerd.sh, scripts/build-base-image.sh).
+//
+// Each test has its own random installation id (so its own network, labels and container
+// names), state directory and nftables table "gpucloud-rt-<random>"; TearDown removes the
+// containers with that installation's label, the network, the table and the directory.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "agent/agent_protocol.h"
+#include "agent/firewall/nftables.h"
+#include "agent/instance_runtime.h"
+#include "agent/local_agent.h"
+#include "agent/runtime/docker_engine_driver.h"
+#include "config/config.h"
+
+#ifndef GPUCLOUD_SOURCE_DIR
+#define GPUCLOUD_SOURCE_DIR "."
+#endif
+
+namespace {
+
+namespace net = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using gpucloud::agent::Command;
+using gpucloud::agent::CommandOutcome;
+using gpucloud::agent::ContainerSpec;
+using gpucloud::agent::DockerEngineDriver;
+using gpucloud::agent::InstanceRuntime;
+using gpucloud::agent::LocalAgent;
+using Clock = std::chrono::steady_clock;
+
+template <class T>
+net::awaitable<std::optional<T>> optional_result(net::awaitable<T> work) {
+  co_return co_await std::move(work);
+}
+
+// Runs one coroutine to completion on `ioc`.
+template <class T>
+T run(net::io_context& ioc, net::awaitable<T> work, std::chrono::milliseconds limit = 120s) {
+  auto future = net::co_spawn(ioc, optional_result(std::move(work)), net::use_future);
+  const auto deadline = Clock::now() + limit;
+  ioc.restart();
+  while (future.wait_for(0s) != std::future_status::ready) {
+    ioc.run_one_for(50ms);
+    if (Clock::now() > deadline) {
+      ADD_FAILURE() << "operation did not finish within " << limit.count() << " ms";
+      break;
+    }
+  }
+  while (future.wait_for(0s) != std::future_status::ready) ioc.run_one_for(50ms);
+  return *future.get();
+}
+
+std::string random_hex(int n) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < n; ++i) out.push_back(digits[rng() % 16]);
+  return out;
+}
+
+int random_port() {
+  static std::mt19937 rng{std::random_device{}()};
+  return std::uniform_int_distribution<int>(20000, 29999)(rng);
+}
+
+std::pair<int, std::string> shell(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return {-1, out};
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::string kSocket = [] {
+  const char* env = std::getenv("GPUCLOUD_TEST_DOCKER_SOCK");
+  return std::string(env && *env ? env : "/var/run/docker.sock");
+}();
+std::string test_image() {
+  const char* env = std::getenv("GPUCLOUD_TEST_IMAGE");
+  return env && *env ? env : "gpucloud/base:bookworm-1";
+}
+const std::string kInitPath = GPUCLOUD_SOURCE_DIR "/scripts/instance-init/gpucloud-init.sh";
+// SHA-512 crypt(3) of "pw123".
+const std::string kPasswordHash =
+    "$6$Uk5x.GhIiNQsY3Is$geNzFzpgLcJ0lsbKKnbwYFjxQsxEh/0lBVf.t4ij15AF.zQxf6IuWUpPdXKlvg5dB7oJ6JaTmGL8Mm3fMLtVt1";
+
+DockerEngineDriver::Options driver_options() {
+  DockerEngineDriver::Options o;
+  o.engine.socket_path = kSocket;
+  o.init_path = kInitPath;
+  return o;
+}
+
+gpucloud::config::Config one_host_config() {
+  gpucloud::config::Config config;
+  gpucloud::config::Host host;
+  host.name = "test-host";
+  host.zone = "zone-a";
+  host.cpu = 2;
+  host.memory_gib = 4;
+  host.simulated_gpus = {{"RTX 4090", 24, 1}};
+  config.hosts = {host};
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------
+// No engine needed: bad input is refused before anything is touched.
+// ---------------------------------------------------------------------------------------
+
+TEST(InstanceRuntimeInput, RefusesBadDesiredState) {
+  net::io_context ioc;
+  const auto dir = fs::temp_directory_path() / ("gpucloud-rt-input-" + random_hex(8));
+  auto driver = std::make_unique<DockerEngineDriver>(ioc.get_executor(), driver_options());
+  InstanceRuntime runtime(ioc.get_executor(), "input", dir.string(), std::move(driver), kInitPath,
+                          "gpucloud-rt-input");
+  LocalAgent agent(ioc.get_executor(), one_host_config());
+  runtime.register_handlers(agent);
+  const json::object good{{"instance_id", "i1"}, {"name", "box"},   {"state", "running"},
+                          {"image", "img"},      {"cpu", 1},        {"memory_gib", 1}};
+  auto check = [&](json::object desired, const std::string& kind, const std::string& mention) {
+    Command c{"c-" + random_hex(6), "test-host", kind, std::move(desired)};
+    auto outcome = run(ioc, agent.execute(c));
+    ASSERT_TRUE(outcome);
+    EXPECT_FALSE(outcome->ok);
+    EXPECT_EQ(outcome->error_code, "invalid_argument") << outcome->error_detail;
+    EXPECT_NE(outcome->error_detail.find(mention), std::string::npos) << outcome->error_detail;
+  };
+  auto with = [&](const char* key, json::value v) {
+    json::object d = good;
+    d[key] = std::move(v);
+    return d;
+  };
+  check(with("instance_id", "../etc"), "instance.ensure", "instance_id");
+  check(with("state", "paused"), "instance.ensure", "state");
+  check(with("cpu", "two"), "instance.ensure", "cpu");
+  check(with("memory_gib", 0), "instance.ensure", "memory_gib");
+  check(with("name", "-bad-"), "instance.ensure", "name");
+  check(with("password_hash", "plain\nsecond"), "instance.ensure", "password_hash");
+  check(with("ports", json::array{json::object{{"container_port", 22}, {"host_port", 70000}}}),
+        "instance.ensure", "host_port");
+  check(with("ports", json::array{json::object{
+                          {"container_port", 22}, {"host_port", 30001}, {"allowed", json::array{"10.0.0.1/8"}}}}),
+        "instance.ensure", "allowed");
+  check(with("ports", json::array{json::object{{"container_port", 22}, {"host_port", 30001}},
+                                  json::object{{"container_port", 80}, {"host_port", 30001}}}),
+        "instance.ensure", "30001");
+  check(json::object{}, "instance.remove", "instance_id");
+  check(json::object{{"instance_id", "i1"}, {"argv", json::array{}}}, "instance.exec", "argv");
+  check(json::object{}, "instance.stop_unknown", "container_id");
+  EXPECT_FALSE(fs::exists(dir / "instances" / "i1"));
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
+
+// ---------------------------------------------------------------------------------------
+// Against the engine and the kernel's nftables
+// ---------------------------------------------------------------------------------------
+
+class InstanceRuntimeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason_ = new std::string;
+    if (::geteuid() != 0) {
+      *skip_reason_ = "needs root (nftables)";
+      return;
+    }
+    if (shell("command -v nft >/dev/null 2>&1").first != 0) {
+      *skip_reason_ = "nft is not installed (apt-get install nftables)";
+      return;
+    }
+    net::io_context ioc;
+    DockerEngineDriver driver(ioc.get_executor(), driver_options());
+    if (auto pong = run(ioc, driver.ping()); !pong) {
+      *skip_reason_ = "no Docker engine answers on " + kSocket + " (" + pong.error().detail +
+                      "); run scripts/start-dockerd.sh";
+      return;
+    }
+    auto present = run(ioc, driver.image_present(test_image()));
+    if (!present || !*present) {
+      *skip_reason_ = "base image " + test_image() + " is absent; run scripts/build-base-image.sh";
+      return;
+    }
+    if (!fs::exists(kInitPath)) *skip_reason_ = "init script not found at " + kInitPath;
+  }
+
+  void SetUp() override {
+    if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
+    installation_ = "rt" + random_hex(8);
+    table_ = "gpucloud-rt-" + random_hex(8);
+    work_dir_ = fs::temp_directory_path() / ("gpucloud-rt-" + installation_);
+    state_dir_ = work_dir_ / "state";
+    fs::create_directories(work_dir_);
+    driver_ = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
+    boot();
+  }
+
+  void TearDown() override {
+    if (!skip_reason_->empty()) return;
+    agent_.reset();
+    runtime_.reset();
+    // Everything this test's installation made, whatever state the test left it in.
+    if (auto ours = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}))) {
+      for (const auto& c : *ours) (void)run(ioc_, driver_->remove(c.id));
+    }
+    (void)run(ioc_, driver_->remove_network("gpucloud-" + installation_));
+    gpucloud::agent::firewall::NftablesFirewall firewall(table_);
+    auto removed = firewall.remove_table();
+    EXPECT_TRUE(removed) << (removed ? "" : removed.error().detail);
+    std::error_code ignored;
+    fs::remove_all(work_dir_, ignored);
+  }
+
+  // A runtime and an agent on the state directory, as a daemon (re)start makes them.
+  void boot() {
+    agent_.reset();
+    runtime_.reset();
+    auto driver = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
+    runtime_ = std::make_unique<InstanceRuntime>(ioc_.get_executor(), installation_, state_dir_.string(),
+                                                 std::move(driver), kInitPath, table_);
+    auto started = run(ioc_, runtime_->start());
+    ASSERT_TRUE(started) << started.error().detail;
+    agent_ = std::make_unique<LocalAgent>(ioc_.get_executor(), one_host_config());
+    runtime_->register_handlers(*agent_);
+  }
+
+  CommandOutcome execute(const std::string& kind, json::object desired, std::string id = {}) {
+    Command c{id.empty() ? "cmd-" + random_hex(10) : std::move(id), "test-host", kind, std::move(desired)};
+    auto outcome = run(ioc_, agent_->execute(std::move(c)));
+    EXPECT_TRUE(outcome);
+    return outcome ? *outcome : CommandOutcome{};
+  }
+
+  // Runs a command that must succeed; its observed state.
+  json::object must(const std::string& kind, json::object desired, std::string id = {}) {
+    auto outcome = execute(kind, std::move(desired), std::move(id));
+    EXPECT_TRUE(outcome.ok) << kind << ": " << outcome.error_code << ": " << outcome.error_detail;
+    return outcome.observed;
+  }
+
+  // An SSH client key; its public half is what instances authorize.
+  std::string client_key() {
+    const auto key = work_dir_ / "id_ed25519";
+    if (!fs::exists(key)) {
+      auto [rc, out] = shell("ssh-keygen -q -t ed25519 -N '' -C gpucloud-rt-test -f " + key.string() + " 2>&1");
+      EXPECT_EQ(rc, 0) << out;
+    }
+    return key.string();
+  }
+  std::string public_key() { return read_file(client_key() + ".pub"); }
+
+  json::object desired(const std::string& id, const std::string& state, int host_port) {
+    return json::object{
+        {"instance_id", id},
+        {"name", "box-" + id},
+        {"host", "test-host"},
+        {"state", state},
+        {"image", test_image()},
+        {"cpu", 1},
+        {"memory_gib", 1},
+        {"gpu_uuids", json::array{"GPU-sim-0000"}},
+        {"gpus_simulated", true},
+        {"ports", json::array{json::object{{"container_port", 22},
+                                           {"host_port", host_port},
+                                           {"protocol", "tcp"},
+                                           {"allowed", json::array{"0.0.0.0/0"}}}}},
+        {"authorized_keys", public_key()},
+        {"password_hash", kPasswordHash},
+    };
+  }
+
+  json::object exec(const std::string& instance, std::vector<std::string> argv) {
+    json::array a;
+    for (auto& s : argv) a.emplace_back(s);
+    return must("instance.exec", json::object{{"instance_id", instance}, {"argv", std::move(a)}});
+  }
+
+  std::string ruleset() { return shell("nft list ruleset 2>&1").second; }
+
+  // The instance's entry in instance.status.
+  json::object status_of(const std::string& instance) {
+    auto observed = must("instance.status", json::object{});
+    for (const auto& e : observed.at("instances").as_array()) {
+      if (e.at("instance_id").as_string() == instance) return e.as_object();
+    }
+    return {};
+  }
+
+  static inline std::string* skip_reason_ = nullptr;
+  std::string installation_;
+  std::string table_;
+  fs::path work_dir_, state_dir_;
+  net::io_context ioc_;
+  std::unique_ptr<DockerEngineDriver> driver_;
+  std::unique_ptr<InstanceRuntime> runtime_;
+  std::unique_ptr<LocalAgent> agent_;  // after runtime_: destroyed first (holds its handlers)
+};
+
+std::string str(const json::object& o, const char* key) {
+  const auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_EnsureRunningPublishesSshAndIsIdempotent) {
+  if (shell("command -v ssh >/dev/null 2>&1").first != 0) GTEST_SKIP() << "no ssh client installed";
+  const int port = random_port();
+  const auto t0 = Clock::now();
+  const auto first = must("instance.ensure", desired("i1", "running", port), "ensure-1");
+  const double ensure_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::cout << "[ timing ] ensure (create + start + host key + firewall): " << ensure_ms << " ms\n";
+  ASSERT_TRUE(first.at("running").as_bool()) << json::serialize(first);
+  EXPECT_TRUE(first.at("created").as_bool());
+  const std::string container = str(first, "container_id");
+  const std::string ip = str(first, "ipv4");
+  // The runtime's subnet, chosen among 10.200-254.x.0/24; the first instance gets .2.
+  const std::string subnet = runtime_->subnet();
+  ASSERT_EQ(subnet.rfind("10.", 0), 0u) << subnet;
+  EXPECT_EQ(subnet.substr(subnet.size() - 5), ".0/24");
+  EXPECT_EQ(ip, subnet.substr(0, subnet.size() - 4) + "2");
+  const std::string host_key = str(first, "host_key");
+  ASSERT_EQ(host_key.rfind("ssh-ed25519 AAAA", 0), 0u) << json::serialize(first);
+  EXPECT_EQ(first.at("cpus").as_double(), 1.0);
+  EXPECT_FALSE(first.at("cpus_capped").as_bool());
+  EXPECT_EQ(first.at("exit_code").as_int64(), 0);
+  EXPECT_FALSE(first.at("oom_killed").as_bool());
+
+  // What the engine has: name, hostname, labels, fixed address, limits, no device request.
+  auto c = run(ioc_, driver_->inspect(container));
+  ASSERT_TRUE(c && c->exists);
+  EXPECT_TRUE(c->running);
+  EXPECT_EQ(c->name, "gpucloud-" + installation_ + "-i1");
+  EXPECT_EQ(c->ipv4, ip);
+  EXPECT_EQ(c->labels.at("gpucloud.installation"), installation_);
+  EXPECT_EQ(c->labels.at("gpucloud.instance"), "i1");
+  EXPECT_EQ(c->memory_bytes, 1ll << 30);
+  EXPECT_EQ(c->nano_cpus, 1'000'000'000);
+  const std::string inspected = shell("docker inspect " + container).second;
+  EXPECT_NE(inspected.find("\"Hostname\": \"box-i1\""), std::string::npos);
+  EXPECT_EQ(inspected.find("DeviceRequests\": [{"), std::string::npos);  // simulated GPUs: none
+  EXPECT_NE(inspected.find("NVIDIA_VISIBLE_DEVICES=void"), std::string::npos);
+  // The password hash is nowhere in the container's configuration (env, labels, command),
+  // nor in the agent's record; only in the 0600 config file the init reads.
+  EXPECT_EQ(inspected.find(kPasswordHash), std::string::npos);
+  EXPECT_EQ(inspected.find("$6$"), std::string::npos);
+  const auto instance_dir = state_dir_ / "instances" / "i1";
+  EXPECT_EQ(read_file(instance_dir / "instance.json").find(kPasswordHash), std::string::npos);
+  EXPECT_EQ(read_file(instance_dir / "config" / "password_hash"), kPasswordHash + "\n");
+  EXPECT_EQ(read_file(instance_dir / "config" / "authorized_keys"), public_key());
+  for (const char* f : {"password_hash", "authorized_keys", "../instance.json"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((instance_dir / "config" / f).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+
+  // SSH through the published host port on 127.0.0.1, with a generated key; the host key
+  // ssh sees is the one the ensure reported.
+  const auto known_hosts = work_dir_ / "known_hosts";
+  const std::string ssh = "ssh -p " + std::to_string(port) +
+                          " -o BatchMode=yes -o ConnectTimeout=3 -o StrictHostKeyChecking=accept-new"
+                          " -o HashKnownHosts=no -o IdentitiesOnly=yes -o LogLevel=ERROR"
+                          " -o UserKnownHostsFile=" + known_hosts.string() +
+                          " -o HostKeyAlias=gpucloud-i1 -i " + client_key() +
+                          " root@127.0.0.1 'echo ssh-ok; hostname' 2>&1";
+  int rc = -1;
+  std::string out;
+  const auto t1 = Clock::now();
+  while (Clock::now() - t1 < 15s) {
+    std::tie(rc, out) = shell(ssh);
+    if (rc == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(rc, 0) << out << "\n" << ruleset();
+  EXPECT_EQ(out, "ssh-ok\nbox-i1\n");
+  std::ifstream kh(known_hosts);
+  std::string alias, type, blob;
+  kh >> alias >> type >> blob;
+  EXPECT_EQ(alias, "gpucloud-i1");
+  EXPECT_EQ(type + " " + blob, host_key);
+
+  // The same command id again: the first outcome, nothing re-run.
+  const auto again = execute("instance.ensure", desired("i1", "running", port), "ensure-1");
+  EXPECT_TRUE(again.ok);
+  EXPECT_EQ(again.observed, first);
+  // A new command with the same desired state: no new container, nothing restarted.
+  const auto second = must("instance.ensure", desired("i1", "running", port));
+  EXPECT_FALSE(second.at("created").as_bool());
+  EXPECT_EQ(str(second, "container_id"), container);
+  EXPECT_EQ(str(second, "ipv4"), ip);
+  EXPECT_EQ(str(second, "host_key"), host_key);
+  EXPECT_EQ(str(second, "started_at"), str(first, "started_at"));
+  EXPECT_FALSE(second.at("config_changed").as_bool());
+  EXPECT_EQ(second.at("drift").as_array().size(), 0u);
+  auto all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 1u);
+
+  // A second instance gets the next address and its own port.
+  const int port2 = port + 1;
+  const auto other = must("instance.ensure", desired("i2", "running", port2));
+  EXPECT_EQ(str(other, "ipv4"), subnet.substr(0, subnet.size() - 4) + "3");
+  // Its host port may not be taken by another instance.
+  const auto clash = execute("instance.ensure", desired("i3", "running", port));
+  EXPECT_FALSE(clash.ok);
+  EXPECT_EQ(clash.error_code, "conflict") << clash.error_detail;
+  EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "i3"));
+}
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StopKeepsFilesystemAndRestartReattaches) {
+  const int port = random_port();
+  const auto first = must("instance.ensure", desired("s1", "running", port));
+  ASSERT_TRUE(first.at("running").as_bool());
+  const std::string container = str(first, "container_id");
+  const std::string host_key = str(first, "host_key");
+  ASSERT_FALSE(host_key.empty());
+  EXPECT_EQ(exec("s1", {"sh", "-c", "echo kept > /root/marker.txt"}).at("exit_code").as_int64(), 0);
+  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+
+  // Stopped: the container stays (its filesystem is the system disk) and publishes nothing.
+  const auto stopped = must("instance.ensure", desired("s1", "stopped", port));
+  EXPECT_FALSE(stopped.at("running").as_bool());
+  EXPECT_EQ(str(stopped, "container_id"), container);
+  EXPECT_FALSE(str(stopped, "finished_at").empty());
+  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  auto status = status_of("s1");
+  EXPECT_TRUE(status.at("exists").as_bool());
+  EXPECT_FALSE(status.at("running").as_bool());
+  EXPECT_EQ(str(status, "state_reason"), "stopped");
+  // Stopping again changes nothing.
+  EXPECT_FALSE(must("instance.ensure", desired("s1", "stopped", port)).at("running").as_bool());
+
+  // Running again: same container, same file, same host key, published again.
+  const auto restarted = must("instance.ensure", desired("s1", "running", port));
+  EXPECT_TRUE(restarted.at("running").as_bool());
+  EXPECT_FALSE(restarted.at("created").as_bool());
+  EXPECT_EQ(str(restarted, "container_id"), container);
+  EXPECT_EQ(str(restarted, "host_key"), host_key);
+  EXPECT_EQ(str(exec("s1", {"cat", "/root/marker.txt"}), "stdout"), "kept\n");
+  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+
+  // A changed key set is written for the next boot.
+  auto changed = desired("s1", "running", port);
+  changed["authorized_keys"] = public_key() + "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExtraKeyForTest extra\n";
+  changed["password_hash"] = nullptr;
+  const auto rekeyed = must("instance.ensure", changed);
+  EXPECT_TRUE(rekeyed.at("config_changed").as_bool());
+  EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "s1" / "config" / "password_hash"));
+  EXPECT_NE(read_file(state_dir_ / "instances" / "s1" / "config" / "authorized_keys").find("ExtraKeyForTest"),
+            std::string::npos);
+
+  // The daemon restarts: a new runtime on the same state directory re-attaches to the running
+  // container without touching it (same id, same start time) and republishes its port.
+  const std::string started_at = str(restarted, "started_at");
+  gpucloud::agent::firewall::NftablesFirewall(table_).remove_table();  // as after a reboot of nft
+  ASSERT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  boot();
+  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  status = status_of("s1");
+  EXPECT_TRUE(status.at("running").as_bool());
+  EXPECT_EQ(str(status, "container_id"), container);
+  EXPECT_EQ(str(status, "started_at"), started_at);
+  EXPECT_EQ(str(status, "host_key"), host_key);
+  const auto reattached = must("instance.ensure", changed);
+  EXPECT_FALSE(reattached.at("created").as_bool());
+  EXPECT_EQ(str(reattached, "container_id"), container);
+  EXPECT_EQ(str(reattached, "started_at"), started_at);
+  EXPECT_EQ(str(reattached, "ipv4"), str(first, "ipv4"));
+  EXPECT_EQ(str(reattached, "host_key"), host_key);
+  EXPECT_EQ(str(exec("s1", {"cat", "/root/marker.txt"}), "stdout"), "kept\n");
+}
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StatusReportsDeadAndUnknownContainers) {
+  const int port = random_port();
+  const auto first = must("instance.ensure", desired("d1", "running", port));
+  ASSERT_TRUE(first.at("running").as_bool());
+
+  // The instance's main process ends by itself (the engine's init forwards the TERM to sshd).
+  (void)execute("instance.exec", json::object{{"instance_id", "d1"}, {"argv", json::array{"kill", "1"}}});
+  json::object status;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < 15s) {
+    status = status_of("d1");
+    if (!status.empty() && !status.at("running").as_bool()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(status.empty());
+  EXPECT_TRUE(status.at("exists").as_bool());
+  EXPECT_FALSE(status.at("running").as_bool()) << json::serialize(status);
+  EXPECT_EQ(str(status, "desired_state"), "running");
+  EXPECT_FALSE(str(status, "finished_at").empty());
+  const auto exit_code = status.at("exit_code").as_int64();
+  if (exit_code == 137) {
+    EXPECT_EQ(str(status, "state_reason"), "killed (out of memory?)");
+  } else {
+    EXPECT_EQ(str(status, "state_reason"), "exited " + std::to_string(exit_code));
+  }
+  std::cout << "[ info ] after kill 1: " << json::serialize(status) << "\n";
+  // ensure running brings it back, same container.
+  const auto revived = must("instance.ensure", desired("d1", "running", port));
+  EXPECT_TRUE(revived.at("running").as_bool());
+  EXPECT_EQ(str(revived, "container_id"), str(first, "container_id"));
+
+  // A container of this installation with no record: reported, stopped on request, kept.
+  ContainerSpec stray;
+  stray.name = "gpucloud-" + installation_ + "-stray";
+  stray.image = test_image();
+  stray.hostname = "stray";
+  stray.labels = {{"gpucloud.installation", installation_}, {"gpucloud.instance", "ghost"}};
+  stray.command = {"sleep", "3600"};
+  stray.cpus = 0.5;
+  stray.memory_bytes = 128ll << 20;
+  auto made = run(ioc_, driver_->create(stray));
+  ASSERT_TRUE(made) << made.error().detail;
+  ASSERT_TRUE(run(ioc_, driver_->start(made->id)));
+
+  auto observed = must("instance.status", json::object{});
+  const auto& unknown = observed.at("unknown_containers").as_array();
+  ASSERT_EQ(unknown.size(), 1u) << json::serialize(observed);
+  EXPECT_EQ(str(unknown[0].as_object(), "container_id"), made->id);
+  EXPECT_EQ(str(unknown[0].as_object(), "name"), stray.name);
+  EXPECT_EQ(str(unknown[0].as_object(), "instance_label"), "ghost");
+  EXPECT_TRUE(unknown[0].at("running").as_bool());
+  EXPECT_EQ(observed.at("instances").as_array().size(), 1u);
+
+  // A known instance's container is not "unknown": refused.
+  const auto refused = execute("instance.stop_unknown", json::object{{"container_id", str(first, "container_id")}});
+  EXPECT_FALSE(refused.ok);
+  EXPECT_EQ(refused.error_code, "conflict");
+
+  const auto stopped = must("instance.stop_unknown", json::object{{"container_id", made->id}});
+  EXPECT_FALSE(stopped.at("running").as_bool());
+  EXPECT_TRUE(stopped.at("exists").as_bool());
+  auto after = run(ioc_, driver_->inspect(made->id));
+  ASSERT_TRUE(after);
+  EXPECT_TRUE(after->exists);  // never deleted
+  EXPECT_FALSE(after->running);
+  // Idempotent: stopping it again is fine.
+  EXPECT_TRUE(execute("instance.stop_unknown", json::object{{"container_id", made->id}}).ok);
+  observed = must("instance.status", json::object{});
+  EXPECT_EQ(observed.at("unknown_containers").as_array().size(), 1u);
+
+  // A record whose container vanished is reported as missing.
+  ASSERT_TRUE(run(ioc_, driver_->remove(str(first, "container_id"))));
+  status = status_of("d1");
+  EXPECT_FALSE(status.at("exists").as_bool());
+  EXPECT_EQ(str(status, "state_reason"), "container missing");
+}
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_RemoveDeletesContainerRulesAndState) {
+  const int port = random_port();
+  const auto first = must("instance.ensure", desired("r1", "running", port));
+  ASSERT_TRUE(first.at("running").as_bool());
+  const std::string container = str(first, "container_id");
+  const std::string ip = str(first, "ipv4");
+  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  ASSERT_TRUE(fs::exists(state_dir_ / "instances" / "r1" / "config" / "authorized_keys"));
+
+  const auto removed = must("instance.remove", json::object{{"instance_id", "r1"}});
+  EXPECT_TRUE(removed.at("existed").as_bool());
+  auto gone = run(ioc_, driver_->inspect(container));
+  ASSERT_TRUE(gone);
+  EXPECT_FALSE(gone->exists);
+  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos) << ruleset();
+  EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "r1"));
+  EXPECT_TRUE(must("instance.status", json::object{}).at("instances").as_array().empty());
+
+  // Removing what is gone is fine.
+  const auto again = must("instance.remove", json::object{{"instance_id", "r1"}});
+  EXPECT_FALSE(again.at("existed").as_bool());
+
+  // The address went back to the pool: the next instance gets it.
+  const auto next = must("instance.ensure", desired("r2", "stopped", port));
+  EXPECT_EQ(str(next, "ipv4"), ip);
+  EXPECT_FALSE(next.at("running").as_bool());
+  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);  // stopped: not published
+}
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_FailedCreateLeavesNothingBehind) {
+  const int port = random_port();
+  auto bad = desired("f1", "running", port);
+  bad["image"] = "gpucloud/no-such-image:" + random_hex(6);
+  const auto failed = execute("instance.ensure", bad);
+  EXPECT_FALSE(failed.ok);
+  EXPECT_EQ(failed.error_code, "not_found") << failed.error_detail;
+  EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "f1"));
+  auto all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->empty());
+  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+
+  // A start that fails removes the container it created, the record and the address: here
+  // a container outside gpucloud's records (no installation label) holds the address the
+  // runtime will pick, so the engine refuses the start with "address already in use".
+  const std::string subnet = runtime_->subnet();
+  const std::string first_ip = subnet.substr(0, subnet.size() - 4) + "2";
+  ContainerSpec blocker;
+  blocker.name = "gpucloud-" + installation_ + "-blocker";
+  blocker.image = test_image();
+  blocker.labels = {{"test.blocker", installation_}};
+  blocker.command = {"sleep", "3600"};
+  blocker.cpus = 0.5;
+  blocker.network = runtime_->network_name();
+  blocker.ipv4 = first_ip;
+  auto made = run(ioc_, driver_->create(blocker));
+  ASSERT_TRUE(made) << made.error().detail;
+  ASSERT_TRUE(run(ioc_, driver_->start(made->id)));
+  const auto refused = execute("instance.ensure", desired("f2", "running", port));
+  EXPECT_FALSE(refused.ok);
+  std::cout << "[ info ] start refused: " << refused.error_code << ": " << refused.error_detail << "\n";
+  EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "f2"));
+  all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->empty());
+  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  ASSERT_TRUE(run(ioc_, driver_->remove(made->id)));
+
+  // Nothing was leaked: the same desired state now succeeds, with the first address.
+  const auto good = must("instance.ensure", desired("f2", "running", port));
+  EXPECT_TRUE(good.at("running").as_bool());
+  EXPECT_TRUE(good.at("created").as_bool());
+  EXPECT_EQ(str(good, "ipv4"), first_ip);
+}
+
+}  // namespace
