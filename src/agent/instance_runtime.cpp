@@ -176,14 +176,16 @@ bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
 
-std::string error_text(const Error& e) { return std::string(to_string(e.code)) + ": " + e.detail; }
+// For log lines (which are JSON): any text as a JSON string, quotes included.
+std::string q(std::string_view text) { return json::serialize(json::value(json::string(text))); }
+std::string error_text(const Error& e) { return q(std::string(to_string(e.code)) + ": " + e.detail); }
 
 std::string state_reason(const ContainerStatus& c, const std::string& desired_state) {
   if (!c.exists) return "container missing";
   if (c.running) return "running";
-  if (c.state == "created") return "created, never started";
   if (c.oom_killed) return "killed (out of memory?)";
   if (desired_state == "stopped") return "stopped";
+  if (c.state == "created") return "created, never started";
   // 137 = SIGKILL; the kernel's OOM killer is the usual sender (OOMKilled is unreliable).
   if (c.exit_code == 137) return "killed (out of memory?)";
   return "exited " + std::to_string(c.exit_code);
@@ -219,7 +221,8 @@ InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installa
       init_script_path_(std::move(init_script_path)),
       firewall_(std::move(firewall_table)),
       options_(options),
-      start_lock_(std::make_unique<AsyncLock>()) {}
+      start_lock_(std::make_unique<AsyncLock>()),
+      network_lock_(std::make_unique<AsyncLock>()) {}
 
 InstanceRuntime::~InstanceRuntime() {
   firewall_thread_.stop();
@@ -264,8 +267,8 @@ awaitable<Result<CommandOutcome>> InstanceRuntime::dispatch(Command command) {
     observed = fail(ErrorCode::internal, command.kind + ": " + exception_text);
   }
   if (!observed) {
-    spdlog::warn(R"({{"event":"instance_command_failed","kind":"{}","command":"{}","error":"{}"}})",
-                 command.kind, command.id, error_text(observed.error()));
+    spdlog::warn(R"({{"event":"instance_command_failed","kind":{},"command":{},"error":{}}})",
+                 q(command.kind), q(command.id), error_text(observed.error()));
     co_return fail(std::move(observed.error()));
   }
   CommandOutcome outcome;
@@ -303,16 +306,17 @@ awaitable<Status> InstanceRuntime::start_locked() {
   auto records = store_.load_instances(&problems);
   if (!records) co_return fail(std::move(records.error()));
   for (const auto& p : problems) {
-    spdlog::warn(R"({{"event":"instance_record_unreadable","problem":"{}"}})", p);
+    spdlog::warn(R"({{"event":"instance_record_unreadable","problem":{}}})", q(p));
   }
   load_problems_ = std::move(problems);
+  const std::size_t loaded = records->size();
   for (auto& record : *records) {
     const std::string id = record.desired.instance_id;
     instance_slot(id).record = std::move(record);
   }
   started_ = true;
   spdlog::info(R"({{"event":"instance_runtime_loaded","installation":"{}","instances":{}}})",
-               installation_id_, records->size());
+               installation_id_, loaded);
   co_return ok();
 }
 
@@ -332,7 +336,7 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
     if (!slot->record) continue;
     auto found = co_await driver_->recover(driver_state_for(*slot->record));
     if (!found) {
-      spdlog::warn(R"({{"event":"instance_reattach_failed","instance":"{}","error":"{}"}})", id,
+      spdlog::warn(R"({{"event":"instance_reattach_failed","instance":"{}","error":{}}})", id,
                    error_text(found.error()));
       continue;
     }
@@ -353,6 +357,9 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
 // ---- the network -------------------------------------------------------------------------
 
 awaitable<Status> InstanceRuntime::ensure_network() {
+  if (network_checked_) co_return ok();
+  co_await network_lock_->lock();
+  Unlocker guard(*network_lock_);
   if (network_checked_) co_return ok();
   NetworkSpec spec;
   spec.name = network_name_;
@@ -531,8 +538,16 @@ awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
 awaitable<void> InstanceRuntime::remove_container_quietly(std::string container_id) {
   auto removed = co_await driver_->remove(container_id);
   if (!removed) {
-    spdlog::warn(R"({{"event":"instance_revert_failed","container":"{}","error":"{}"}})", container_id,
+    spdlog::warn(R"({{"event":"instance_revert_failed","container":"{}","error":{}}})", container_id,
                  error_text(removed.error()));
+  }
+}
+
+awaitable<void> InstanceRuntime::stop_container_quietly(std::string container_id) {
+  auto stopped = co_await driver_->stop(container_id, options_.stop_grace);
+  if (!stopped) {
+    spdlog::warn(R"({{"event":"instance_revert_failed","container":"{}","error":{}}})", container_id,
+                 error_text(stopped.error()));
   }
 }
 
@@ -629,14 +644,11 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         record.created_with.gpu_uuids = effective_gpus(spec);
       }
     }
-    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
-    slot.record = record;
-    reserved_ips_.erase(record.ipv4);
     if (!had_record) {
       revert.add_sync([this, &slot, id] {
         slot.record.reset();
         if (auto s = store_.remove_instance(id); !s) {
-          spdlog::warn(R"({{"event":"instance_revert_failed","instance":"{}","error":"{}"}})", id,
+          spdlog::warn(R"({{"event":"instance_revert_failed","instance":"{}","error":{}}})", id,
                        error_text(s.error()));
         }
       });
@@ -646,6 +658,9 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         (void)store_.save_instance(old);
       });
     }
+    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    slot.record = record;
+    reserved_ips_.erase(record.ipv4);
 
     // 4. The init's inputs (read at every boot).
     auto config_changed = store_.write_config(id, secrets->authorized_keys, secrets->password_hash);
@@ -693,6 +708,10 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     if (spec.state == "running" && !container.running) {
       if (auto s = co_await driver_->start(record.container_id); !s) co_return fail(std::move(s.error()));
       booted = true;
+      if (!created) {
+        // A later failure must not leave running what the caller will believe is stopped.
+        revert.add([this, cid = record.container_id]() { return stop_container_quietly(cid); });
+      }
     } else if (spec.state == "stopped" && container.running) {
       if (auto s = co_await driver_->stop(record.container_id, options_.stop_grace); !s) {
         co_return fail(std::move(s.error()));
@@ -765,7 +784,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     // The table may have been applied with this call's record: bring it back in line.
     auto reapplied = co_await apply_firewall();
     if (!reapplied) {
-      spdlog::warn(R"({{"event":"instance_firewall_reapply_failed","error":"{}"}})",
+      spdlog::warn(R"({{"event":"instance_firewall_reapply_failed","error":{}}})",
                    error_text(reapplied.error()));
     }
     co_return fail(std::move(result.error()));
@@ -907,7 +926,7 @@ awaitable<Result<json::object>> InstanceRuntime::stop_unknown(json::object desir
   }
   auto after = co_await driver_->inspect(c->id);
   if (!after) co_return fail(std::move(after.error()));
-  spdlog::warn(R"({{"event":"unknown_container_stopped","container":"{}","name":"{}"}})", c->id, c->name);
+  spdlog::warn(R"({{"event":"unknown_container_stopped","container":"{}","name":{}}})", c->id, q(c->name));
   co_return json::object{{"container_id", c->id},
                          {"name", c->name},
                          {"exists", after->exists},

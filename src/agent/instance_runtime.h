@@ -77,7 +77,8 @@ class InstanceRuntime {
 
   // Re-attach: load the state directory, ensure the network (choosing and persisting its
   // subnet the first time), re-apply the firewall for every recorded running instance.
-  // Touches no container. Commands arriving before it call it themselves.
+  // Touches no container. Commands arriving first load the state themselves (and every
+  // ensure/remove re-applies the whole table anyway).
   boost::asio::awaitable<Status> start();
 
   // Adds the instance.* handlers. The runtime must outlive the agent's use of them.
@@ -115,6 +116,7 @@ class InstanceRuntime {
   boost::asio::awaitable<std::string> read_host_key(std::string container_id,
                                                     std::chrono::milliseconds wait);
   boost::asio::awaitable<void> remove_container_quietly(std::string container_id);
+  boost::asio::awaitable<void> stop_container_quietly(std::string container_id);
 
   std::string container_name(const std::string& instance_id) const;
   DriverState driver_state_for(const InstanceRecord& record) const;
@@ -133,7 +135,8 @@ class InstanceRuntime {
   boost::asio::thread_pool firewall_thread_{1};
 
   bool started_ = false;
-  std::unique_ptr<AsyncLock> start_lock_;
+  std::unique_ptr<AsyncLock> start_lock_;    // loading the state directory
+  std::unique_ptr<AsyncLock> network_lock_;  // choosing and creating the network
   std::optional<NetworkRecord> network_;
   bool network_checked_ = false;
   std::map<std::string, std::unique_ptr<Instance>> instances_;

@@ -135,6 +135,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*runtime)->register_handlers(*local_agent);
+  // Re-attach before serving: load the agent's state, ensure the network, re-apply the
+  // firewall. Without an engine the daemon still serves (instances then fail with a reason).
+  std::optional<Status> runtime_started;
+  asio::co_spawn(io, (*runtime)->start(), [&](std::exception_ptr e, Status s) {
+    runtime_started = e ? Status(fail(ErrorCode::internal, "runtime start threw")) : std::move(s);
+  });
+  while (!runtime_started && io.run_one() > 0) {
+  }
+  io.restart();  // run_one() may have found no more work, which stops the context
+  if (runtime_started && !*runtime_started)
+    spdlog::warn(R"({{"event":"runtime_unavailable","detail":"{}"}})", runtime_started->error().detail);
   std::unique_ptr<agent::HostAgent> host_agent = std::move(local_agent);
   if (const char* transport = std::getenv("GPUCLOUD_AGENT_TRANSPORT"); transport && std::string(transport) == "loopback-json")
     host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
@@ -144,6 +155,7 @@ int main(int argc, char** argv) {
   });
   while (!agent_started && io.run_one() > 0) {
   }
+  io.restart();
   if (!agent_started || !*agent_started) {
     std::fprintf(stderr, "gpucloudd: agent: %s\n", agent_started ? agent_started->error().detail.c_str() : "did not start");
     return 1;

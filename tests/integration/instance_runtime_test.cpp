@@ -653,4 +653,46 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_FailedCreateLeavesNothingBehind) {
   EXPECT_EQ(str(good, "ipv4"), first_ip);
 }
 
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_ConcurrentEnsuresAreSerialisedPerInstance) {
+  const int port = random_port();
+  // Two instances at once, and the first one twice (different command ids): one container
+  // per instance, distinct addresses.
+  std::vector<std::pair<std::string, json::object>> commands = {
+      {"a", desired("c1", "running", port)},
+      {"b", desired("c2", "running", port + 1)},
+      {"c", desired("c1", "running", port)},
+  };
+  std::vector<std::future<gpucloud::Result<CommandOutcome>>> futures;
+  for (auto& [id, d] : commands) {
+    Command c{"concurrent-" + id + "-" + random_hex(6), "test-host", "instance.ensure", d};
+    futures.push_back(net::co_spawn(ioc_, agent_->execute(std::move(c)), net::use_future));
+  }
+  ioc_.restart();
+  const auto deadline = Clock::now() + 120s;
+  auto all_ready = [&] {
+    for (auto& f : futures) {
+      if (f.wait_for(0s) != std::future_status::ready) return false;
+    }
+    return true;
+  };
+  while (!all_ready() && Clock::now() < deadline) ioc_.run_one_for(50ms);
+  ASSERT_TRUE(all_ready());
+  std::vector<json::object> observed;
+  for (auto& f : futures) {
+    auto outcome = f.get();
+    ASSERT_TRUE(outcome);
+    ASSERT_TRUE(outcome->ok) << outcome->error_code << ": " << outcome->error_detail;
+    observed.push_back(outcome->observed);
+  }
+  EXPECT_EQ(str(observed[0], "container_id"), str(observed[2], "container_id"));
+  EXPECT_NE(str(observed[0], "container_id"), str(observed[1], "container_id"));
+  EXPECT_EQ(observed[0].at("created").as_bool() + observed[2].at("created").as_bool(), 1);
+  EXPECT_EQ(str(observed[0], "ipv4"), str(observed[2], "ipv4"));
+  EXPECT_NE(str(observed[0], "ipv4"), str(observed[1], "ipv4"));
+  auto all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 2u);
+  for (const auto& c : *all) EXPECT_TRUE(c.running) << c.name;
+}
+
 }  // namespace

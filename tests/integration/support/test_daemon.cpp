@@ -72,6 +72,55 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
   return out;
 }
 
+std::string shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+std::string docker_api(const std::string& method, const std::string& path, const std::string& body) {
+  std::string cmd = "curl -s --max-time 30 --unix-socket /var/run/docker.sock -X " + method + " 'http://x/v1.41" + path + "'";
+  if (!body.empty()) cmd += " -H 'Content-Type: application/json' --data-binary @- <<'GPUCLOUD_EOF'\n" + body + "\nGPUCLOUD_EOF";
+  return shell(cmd);
+}
+
+bool docker_available() {
+  static int cached = -1;
+  if (cached < 0) {
+    cached = shell("curl -s --max-time 3 --unix-socket /var/run/docker.sock http://x/_ping") == "OK" &&
+             shell("curl -s -o /dev/null -w '%{http_code}' --unix-socket /var/run/docker.sock "
+                   "http://x/v1.41/images/gpucloud/base:bookworm-1/json") == "200";
+  }
+  return cached == 1;
+}
+
+std::string TestDaemon::installation_id() const {
+  std::string db = data_dir_ + "/gpucloud.db";
+  if (!fs::exists(db)) return "";
+  std::string out = shell("sqlite3 '" + db + "' \"SELECT value FROM meta WHERE key = 'installation_id'\" 2>/dev/null");
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+boost::json::value TestDaemon::wait_for_state(const std::string& name, const std::string& state, const std::string& token,
+                                              std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  boost::json::value last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = get("/api/v1/instances/" + name, token);
+    last = r.json();
+    if (r.status == 200 && last.at("state").as_string() == state) return last;
+    if (r.status == 404 && state == "released") return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last;
+}
+
 std::string random_suffix() {
   static std::mt19937_64 rng(std::random_device{}());
   std::string s;
@@ -90,6 +139,18 @@ TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
 
 TestDaemon::~TestDaemon() {
   if (pid_ > 0) kill9();
+  // Remove what this installation made on the engine and in nftables (only its own).
+  std::string id = installation_id();
+  if (!id.empty() && docker_available()) {
+    std::string ids = shell("curl -s --unix-socket /var/run/docker.sock -G 'http://x/v1.41/containers/json' "
+                            "--data-urlencode all=1 --data-urlencode 'filters={\"label\":[\"gpucloud.installation=" + id +
+                            "\"]}' | python3 -c 'import json,sys;[print(c[\"Id\"]) for c in json.load(sys.stdin)]'");
+    std::stringstream lines(ids);
+    for (std::string c; std::getline(lines, c);)
+      if (!c.empty()) docker_api("DELETE", "/containers/" + c + "?force=1");
+    docker_api("DELETE", "/networks/gpucloud-" + id);
+    shell("nft delete table ip gpucloud-" + id + " 2>/dev/null");
+  }
   std::error_code ec;
   if (!std::getenv("GPUCLOUD_KEEP_TEST_DIRS")) fs::remove_all(dir_, ec);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Starts the real gpucloudd on 127.0.0.1:0 with a temporary data dir and talks to it over
 // HTTP and through the real CLI: the integration tests' only window into the system.
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -58,6 +59,10 @@ class TestDaemon {
   std::string register_and_login(const std::string& username, const std::string& password = "password-123");
   std::string login(const std::string& username, const std::string& password) const;
   std::string admin_token() const { return login("admin", options_.admin_password); }
+  std::string installation_id() const;  // from the store's meta table
+  // Polls GET /instances/NAME until it reaches `state` (or `timeout` passes); returns the last answer.
+  boost::json::value wait_for_state(const std::string& name, const std::string& state, const std::string& token,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
  private:
   DaemonOptions options_;
@@ -79,5 +84,10 @@ CliResult run_cli(const std::vector<std::string>& args, const std::map<std::stri
                   const std::string& stdin_text = "");
 
 std::string random_suffix();
+
+// Shell helpers for tests that look at the engine and the firewall directly.
+std::string shell(const std::string& command);  // stdout of `sh -c command`
+bool docker_available();                        // an engine answers and the base image exists
+std::string docker_api(const std::string& method, const std::string& path, const std::string& body = "");
 
 }  // namespace gpucloud::testing

@@ -1,0 +1,349 @@
+// Instances for real: the daemon, the Docker Engine, nftables and OpenSSH on this machine.
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace json = boost::json;
+
+// One CPU per GPU so the cgroup check means something on a 2-core machine.
+std::string config_with_gpus(int gpus) {
+  static int base = 32000 + static_cast<int>(std::hash<std::string>{}(random_suffix()) % 60) * 100;
+  return R"(
+[[hosts]]
+name = "node-1"
+cpu = 4
+memory_gib = 16
+port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = )" + std::to_string(gpus) + R"( } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 198
+price_per_gpu_week = 26600
+price_per_gpu_month = 99800
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 10
+)";
+}
+
+struct KeyPair {
+  std::string dir, private_key, public_key;
+};
+
+KeyPair make_key() {
+  KeyPair k;
+  k.dir = "/tmp/gpucloud-it-key-" + random_suffix();
+  shell("mkdir -p " + k.dir + " && ssh-keygen -q -t ed25519 -N '' -f " + k.dir + "/id");
+  k.private_key = k.dir + "/id";
+  k.public_key = shell("cat " + k.dir + "/id.pub");
+  while (!k.public_key.empty() && k.public_key.back() == '\n') k.public_key.pop_back();
+  return k;
+}
+
+// ssh with the instance's host key pinned (no StrictHostKeyChecking=no anywhere).
+std::string ssh_run(const json::value& instance, const KeyPair& key, const std::string& command, int* rc = nullptr) {
+  const auto& ssh = instance.at("ssh").as_object();
+  std::string port = std::to_string(ssh.at("port").as_int64());
+  std::string known = key.dir + "/known_hosts";
+  std::ofstream(known) << "[127.0.0.1]:" << port << " " << std::string(ssh.at("host_key").as_string()) << "\n";
+  std::string cmd = "timeout 20 ssh -i " + key.private_key + " -p " + port + " -o BatchMode=yes -o UserKnownHostsFile=" +
+                    known + " -o StrictHostKeyChecking=yes -o ConnectTimeout=5 root@127.0.0.1 '" + command +
+                    "' 2>/dev/null; echo \"rc=$?\"";
+  std::string out = shell(cmd);
+  auto pos = out.rfind("rc=");
+  if (rc) *rc = std::stoi(out.substr(pos + 3));
+  return out.substr(0, pos);
+}
+
+class InstancesTest : public ::testing::Test {
+ protected:
+  void start(int gpus) {
+    if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine on /var/run/docker.sock and gpucloud/base:bookworm-1";
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+    daemon_ = std::make_unique<TestDaemon>(DaemonOptions{config_with_gpus(gpus)});
+    daemon_->start();
+    user_ = daemon_->register_and_login("alice");
+    key_ = make_key();
+    auto r = daemon_->post("/api/v1/ssh-keys", {{"name", "laptop"}, {"public_key", key_.public_key}}, user_);
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+  HttpResult create(const std::string& name, const std::string& token, json::object extra = {}) {
+    json::object body{{"name", name}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}, {"ssh_keys", json::array{"laptop"}}};
+    for (auto& [k, v] : extra) body[k] = v;
+    return daemon_->post("/api/v1/instances", body, token);
+  }
+  std::unique_ptr<TestDaemon> daemon_;
+  std::string user_;
+  KeyPair key_;
+};
+
+TEST_F(InstancesTest, DOCKER_ROOT_CreateSshLimitsStopStartRelease) {
+  start(2);
+  auto created = create("train-1", user_);
+  ASSERT_EQ(created.status, 202) << created.body;
+  EXPECT_EQ(created.json().at("state").as_string(), "creating");
+  auto running = daemon_->wait_for_state("train-1", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running") << json::serialize(running);
+  EXPECT_TRUE(running.at("ssh").at("host_key").as_string().starts_with("ssh-ed25519 "));
+  EXPECT_EQ(running.at("gpus").as_array().size(), 1u);
+  EXPECT_TRUE(running.at("gpus").as_array()[0].at("simulated").as_bool());
+  int rc = -1;
+  std::string out = ssh_run(running, key_,
+                            "hostname; (cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d\" \" -f1 /sys/fs/cgroup/cpu.max); "
+                            "(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max); "
+                            "cat /proc/1/environ | tr \"\\0\" \"\\n\" | grep NVIDIA_VISIBLE_DEVICES; echo kept > /root/file",
+                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("train-1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("100000\n"), std::string::npos) << "1 CPU = 100000us quota per 100000us period: " << out;
+  EXPECT_NE(out.find(std::to_string(1LL << 30) + "\n"), std::string::npos) << "1 GiB memory limit: " << out;
+  EXPECT_NE(out.find("NVIDIA_VISIBLE_DEVICES=void"), std::string::npos) << out;
+
+  ASSERT_EQ(daemon_->post("/api/v1/instances/train-1/stop", json::object{}, user_).status, 202);
+  auto stopped = daemon_->wait_for_state("train-1", "stopped", user_);
+  ASSERT_EQ(stopped.at("state").as_string(), "stopped");
+  ASSERT_EQ(daemon_->post("/api/v1/instances/train-1/start", json::object{}, user_).status, 202);
+  running = daemon_->wait_for_state("train-1", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running");
+  out = ssh_run(running, key_, "cat /root/file", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "kept\n") << "the system disk survives stop/start";
+
+  std::string host_port = std::to_string(running.at("ssh").at("port").as_int64());
+  std::string id(running.at("id").as_string());
+  EXPECT_NE(shell("nft list table ip gpucloud-" + daemon_->installation_id()).find("dport " + host_port), std::string::npos);
+  ASSERT_EQ(daemon_->request("DELETE", "/api/v1/instances/train-1", "", user_).status, 202);
+  daemon_->wait_for_state("train-1", "released", user_);
+  EXPECT_EQ(daemon_->get("/api/v1/instances/train-1", user_).status, 404);
+  EXPECT_EQ(docker_api("GET", "/containers/gpucloud-" + daemon_->installation_id() + "-" + id + "/json").find("\"Id\""),
+            std::string::npos)
+      << "the container is removed";
+  EXPECT_EQ(shell("nft list table ip gpucloud-" + daemon_->installation_id() + " 2>/dev/null").find("dport " + host_port),
+            std::string::npos)
+      << "its rules are removed";
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_PasswordLoginOnlyWhenGivenAndNeverInTheContainerConfig) {
+  start(2);
+  const std::string password = "s3cret-pass-word";
+  ASSERT_EQ(create("with-pw", user_, {{"password", password}}).status, 202);
+  ASSERT_EQ(create("no-pw", user_, {{"gpu_count", 0}, {"gpu_model", nullptr}}).status, 202);
+  auto with_pw = daemon_->wait_for_state("with-pw", "running", user_);
+  auto no_pw = daemon_->wait_for_state("no-pw", "running", user_);
+  ASSERT_EQ(with_pw.at("state").as_string(), "running") << json::serialize(with_pw);
+  ASSERT_EQ(no_pw.at("state").as_string(), "running") << json::serialize(no_pw);
+  auto login = [&](const json::value& instance) {
+    std::string dir = "/tmp/gpucloud-pw-" + random_suffix();
+    shell("mkdir -p " + dir + " && printf '#!/bin/sh\\necho " + password + "\\n' > " + dir + "/askpass && chmod +x " + dir + "/askpass");
+    const auto& ssh = instance.at("ssh").as_object();
+    std::string port = std::to_string(ssh.at("port").as_int64());
+    std::ofstream(dir + "/kh") << "[127.0.0.1]:" << port << " " << std::string(ssh.at("host_key").as_string()) << "\n";
+    return shell("SSH_ASKPASS=" + dir + "/askpass SSH_ASKPASS_REQUIRE=force DISPLAY=none timeout 20 setsid ssh -p " + port +
+                 " -o UserKnownHostsFile=" + dir + "/kh -o StrictHostKeyChecking=yes -o PubkeyAuthentication=no "
+                 "-o PreferredAuthentications=password,keyboard-interactive -o NumberOfPasswordPrompts=1 root@127.0.0.1 "
+                 "echo logged-in 2>/dev/null");
+  };
+  EXPECT_EQ(login(with_pw), "logged-in\n");
+  EXPECT_EQ(login(no_pw), "");
+  std::string inspect = docker_api("GET", "/containers/gpucloud-" + daemon_->installation_id() + "-" +
+                                              std::string(with_pw.at("id").as_string()) + "/json");
+  ASSERT_NE(inspect.find("\"Id\""), std::string::npos);
+  EXPECT_EQ(inspect.find(password), std::string::npos);
+  EXPECT_EQ(inspect.find("$6$"), std::string::npos) << "not even the hash is in the container's config";
+  EXPECT_EQ(with_pw.as_object().count("password"), 0u);
+}
+
+TEST(SshKeysTest, InjectedOptionsNewlinesAndDsaAreRefused) {
+  TestDaemon daemon;
+  daemon.start();
+  std::string user = daemon.register_and_login("bob");
+  const std::string good = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKAntDtSWmyFqyZq2NPt45hLtG6cDJP3d5EerbbdOl3H me@laptop";
+  auto ok = daemon.post("/api/v1/ssh-keys", {{"name", "good"}, {"public_key", good}}, user);
+  ASSERT_EQ(ok.status, 201) << ok.body;
+  EXPECT_TRUE(ok.json().at("fingerprint").as_string().starts_with("SHA256:"));
+  for (const std::string& bad : {"command=\"/bin/sh\" " + good, "from=\"*\" " + good, good + "\nssh-ed25519 AAAA evil",
+                                 std::string("ssh-dss AAAAB3NzaC1kc3MAAACBAP me"), std::string("ssh-ed25519 !!notbase64!!"),
+                                 std::string("ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIKAntDtSWmyFqyZq2NPt45hLtG6cDJP3d5EerbbdOl3H")}) {
+    auto r = daemon.post("/api/v1/ssh-keys", {{"name", "bad"}, {"public_key", bad}}, user);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_EQ(r.code(), "invalid_argument") << bad;
+  }
+  auto list = daemon.get("/api/v1/ssh-keys", user).json();
+  ASSERT_EQ(list.at("items").as_array().size(), 1u);
+  EXPECT_EQ(list.at("items").as_array()[0].at("public_key").as_string(), good);
+  std::string other = daemon.register_and_login("carol");
+  EXPECT_EQ(daemon.request("DELETE", "/api/v1/ssh-keys/good", "", other).status, 404);
+  EXPECT_EQ(daemon.request("DELETE", "/api/v1/ssh-keys/good", "", user).status, 204);
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_TwoUsersRacingForTheLastGpuExactlyOneWins) {
+  start(1);
+  std::string bob = daemon_->register_and_login("bob");
+  daemon_->post("/api/v1/ssh-keys", {{"name", "laptop"}, {"public_key", key_.public_key}}, bob);
+  HttpResult a, b;
+  std::thread ta([&] { a = create("race", user_); });
+  std::thread tb([&] { b = create("race", bob); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ((a.status == 202) + (b.status == 202), 1) << a.body << "\n" << b.body;
+  const HttpResult& loser = a.status == 202 ? b : a;
+  EXPECT_EQ(loser.status, 409);
+  EXPECT_EQ(loser.code(), "no_capacity");
+  EXPECT_NE(loser.json().at("detail").as_string().find("RTX 4090"), std::string::npos);
+  std::string winner = a.status == 202 ? user_ : bob;
+  EXPECT_EQ(daemon_->wait_for_state("race", "running", winner).at("state").as_string(), "running");
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_StopFreesTheGpuThenStartHasNoCapacityButNoGpuStartWorks) {
+  start(1);
+  ASSERT_EQ(create("first", user_).status, 202);
+  ASSERT_EQ(daemon_->wait_for_state("first", "running", user_).at("state").as_string(), "running");
+  ASSERT_EQ(daemon_->post("/api/v1/instances/first/stop", json::object{}, user_).status, 202);
+  ASSERT_EQ(daemon_->wait_for_state("first", "stopped", user_).at("state").as_string(), "stopped");
+  std::string bob = daemon_->register_and_login("bob");
+  daemon_->post("/api/v1/ssh-keys", {{"name", "laptop"}, {"public_key", key_.public_key}}, bob);
+  ASSERT_EQ(create("second", bob).status, 202) << "the stopped instance's GPU is free for someone else";
+  ASSERT_EQ(daemon_->wait_for_state("second", "running", bob).at("state").as_string(), "running");
+  auto refused = daemon_->post("/api/v1/instances/first/start", json::object{}, user_);
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(refused.code(), "no_capacity");
+  EXPECT_NE(refused.json().at("detail").as_string().find("no_gpu"), std::string::npos) << refused.body;
+  EXPECT_EQ(daemon_->get("/api/v1/instances/first", user_).json().at("state").as_string(), "stopped");
+  auto no_gpu = daemon_->post("/api/v1/instances/first/start", json::object{{"no_gpu", true}}, user_);
+  ASSERT_EQ(no_gpu.status, 202) << no_gpu.body;
+  auto running = daemon_->wait_for_state("first", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running");
+  EXPECT_TRUE(running.at("no_gpu").as_bool());
+  EXPECT_TRUE(running.at("gpus").as_array().empty());
+  EXPECT_EQ(running.at("billing").at("price_per_hour").as_int64(), 10);
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_OthersGet404WrongStatesConflictRepeatsAre202AndCreateIsIdempotent) {
+  start(2);
+  std::map<std::string, std::string> key{{"Idempotency-Key", "create-once"}};
+  std::string body = R"({"name":"mine","gpu_model":"RTX 4090","gpu_count":1,"ssh_keys":["laptop"]})";
+  auto first = daemon_->request("POST", "/api/v1/instances", body, user_, key);
+  ASSERT_EQ(first.status, 202) << first.body;
+  auto replay = daemon_->request("POST", "/api/v1/instances", body, user_, key);
+  EXPECT_EQ(replay.status, 202);
+  EXPECT_EQ(replay.json().at("id"), first.json().at("id"));
+  EXPECT_EQ(daemon_->get("/api/v1/instances", user_).json().at("items").as_array().size(), 1u);
+  ASSERT_EQ(daemon_->wait_for_state("mine", "running", user_).at("state").as_string(), "running");
+
+  std::string bob = daemon_->register_and_login("bob");
+  std::string id(first.json().at("id").as_string());
+  for (const std::string& target : {id, std::string("mine")}) {
+    EXPECT_EQ(daemon_->get("/api/v1/instances/" + target, bob).status, 404);
+    for (const char* action : {"stop", "start", "restart"})
+      EXPECT_EQ(daemon_->post("/api/v1/instances/" + target + "/" + action, json::object{}, bob).status, 404) << action;
+    EXPECT_EQ(daemon_->request("DELETE", "/api/v1/instances/" + target, "", bob).status, 404);
+    EXPECT_EQ(daemon_->request("PATCH", "/api/v1/instances/" + target, R"({"name":"stolen"})", bob).status, 404);
+  }
+  EXPECT_TRUE(daemon_->get("/api/v1/instances", bob).json().at("items").as_array().empty());
+
+  auto start_running = daemon_->post("/api/v1/instances/mine/start", json::object{}, user_);
+  EXPECT_EQ(start_running.status, 409);
+  EXPECT_EQ(start_running.code(), "conflict");
+  EXPECT_NE(start_running.json().at("detail").as_string().find("running"), std::string::npos);
+  EXPECT_EQ(daemon_->post("/api/v1/instances/mine/stop", json::object{}, user_).status, 202);
+  auto again = daemon_->post("/api/v1/instances/mine/stop", json::object{}, user_);
+  EXPECT_TRUE(again.status == 202 || (again.status == 409 && again.json().at("detail").as_string().find("stopped") != std::string::npos))
+      << again.body;
+  daemon_->wait_for_state("mine", "stopped", user_);
+  EXPECT_EQ(daemon_->post("/api/v1/instances/mine/stop", json::object{}, user_).status, 409);
+  auto dup = create("mine", user_);
+  EXPECT_EQ(dup.status, 409) << "names are unique per owner";
+  EXPECT_EQ(create("Bad_Name", user_).status, 400);
+  EXPECT_EQ(create("x", user_, {{"gpu_model", "H100"}}).code(), "invalid_argument");
+  EXPECT_EQ(create("x", user_, {{"ports", json::array{22, 70000}}}).code(), "invalid_argument");
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownContainersAreStoppedNotDeleted) {
+  start(2);
+  ASSERT_EQ(create("dies", user_).status, 202);
+  auto running = daemon_->wait_for_state("dies", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running");
+  // A container gpucloud did not make, and one carrying this installation's label but no record.
+  std::string install = daemon_->installation_id();
+  std::string foreign = "gpucloud-it-foreign-" + random_suffix();
+  docker_api("POST", "/containers/create?name=" + foreign, R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"]})");
+  docker_api("POST", "/containers/" + foreign + "/start");
+  std::string stray = "gpucloud-it-stray-" + random_suffix();
+  docker_api("POST", "/containers/create?name=" + stray,
+             R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" + install + R"("}})");
+  docker_api("POST", "/containers/" + stray + "/start");
+
+  int rc = -1;
+  ssh_run(running, key_, "kill 1", &rc);
+  auto stopped = daemon_->wait_for_state("dies", "stopped", user_, std::chrono::seconds(30));
+  ASSERT_EQ(stopped.at("state").as_string(), "stopped") << json::serialize(stopped);
+  EXPECT_FALSE(stopped.at("state_reason").is_null());
+  EXPECT_NE(std::string(stopped.at("state_reason").as_string()).find("exited"), std::string::npos);
+  // Its GPU is free again.
+  auto hosts = daemon_->get("/api/v1/admin/hosts", daemon_->admin_token()).json();
+  for (const auto& g : hosts.at("items").as_array()[0].at("gpus").as_array()) EXPECT_TRUE(g.at("reserved_by").is_null());
+
+  std::string stray_state = docker_api("GET", "/containers/" + stray + "/json");
+  EXPECT_NE(stray_state.find("\"Running\":false"), std::string::npos) << "the unknown container is stopped";
+  EXPECT_NE(docker_api("GET", "/containers/" + foreign + "/json").find("\"Running\":true"), std::string::npos)
+      << "a container of no installation is never touched";
+  docker_api("DELETE", "/containers/" + foreign + "?force=1");
+  docker_api("DELETE", "/containers/" + stray + "?force=1");
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_KillNineAfterTheReservationCommitThenRestartConverges) {
+  start(1);
+  daemon_->stop();
+  auto options = DaemonOptions{config_with_gpus(1)};
+  (void)options;
+  // Restart the same daemon with the fault armed: it dies right after committing the create.
+  setenv("GPUCLOUD_FAULT_POINT", "create.after_reservation_commit", 1);
+  daemon_->start();
+  unsetenv("GPUCLOUD_FAULT_POINT");
+  json::object body{{"name", "crashy"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}, {"ssh_keys", json::array{"laptop"}}};
+  try {
+    daemon_->post("/api/v1/instances", body, user_);
+  } catch (...) {
+    // the connection dies with the daemon
+  }
+  daemon_->kill9();  // reap it
+  daemon_->start();
+  auto running = daemon_->wait_for_state("crashy", "running", user_, std::chrono::seconds(10));
+  ASSERT_EQ(running.at("state").as_string(), "running") << json::serialize(running);
+  auto hosts = daemon_->get("/api/v1/admin/hosts", daemon_->admin_token()).json();
+  int reserved = 0;
+  for (const auto& g : hosts.at("items").as_array()[0].at("gpus").as_array()) reserved += g.at("reserved_by").is_string();
+  EXPECT_EQ(reserved, 1) << "one GPU, held once";
+  int rc = -1;
+  ssh_run(running, key_, "true", &rc);
+  EXPECT_EQ(rc, 0);
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_KillNineBeforeTheStopCommitThenRestartConverges) {
+  start(1);
+  ASSERT_EQ(create("halfway", user_).status, 202);
+  ASSERT_EQ(daemon_->wait_for_state("halfway", "running", user_).at("state").as_string(), "running");
+  daemon_->stop();
+  setenv("GPUCLOUD_FAULT_POINT", "stop.before_state_commit", 1);
+  daemon_->start();
+  unsetenv("GPUCLOUD_FAULT_POINT");
+  EXPECT_EQ(daemon_->post("/api/v1/instances/halfway/stop", json::object{}, user_).status, 202);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // it dies once the container has stopped
+  daemon_->kill9();
+  daemon_->start();
+  auto stopped = daemon_->wait_for_state("halfway", "stopped", user_, std::chrono::seconds(10));
+  ASSERT_EQ(stopped.at("state").as_string(), "stopped") << json::serialize(stopped);
+  auto hosts = daemon_->get("/api/v1/admin/hosts", daemon_->admin_token()).json();
+  for (const auto& g : hosts.at("items").as_array()[0].at("gpus").as_array()) EXPECT_TRUE(g.at("reserved_by").is_null());
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
