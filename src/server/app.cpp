@@ -62,10 +62,31 @@ asio::awaitable<Result<auth::Principal>> App::authenticate(const Request& reques
   constexpr std::string_view kBearer = "Bearer ";
   if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer)
     co_return fail(ErrorCode::unauthorized, "missing bearer token (Authorization: Bearer TOKEN)");
-  auto lookup = [token = std::string(header.substr(kBearer.size()))](store::Database& db) {
-    return auth::authenticate(db, token, system_now());
+  std::string token(header.substr(kBearer.size()));
+  std::string hash = auth::token_hash(token);
+  auto now = system_now();
+  // Tokens are looked up once and then served from memory: every change that could revoke
+  // one clears the cache first. The age limit bounds staleness from changes made elsewhere.
+  constexpr auto kMaxAge = std::chrono::seconds(60);
+  if (auto it = auth_cache_.find(hash); it != auth_cache_.end()) {
+    if ((!it->second.expires_at || *it->second.expires_at > now) &&
+        std::chrono::steady_clock::now() - it->second.cached_at < kMaxAge)
+      co_return it->second.principal;
+    auth_cache_.erase(it);
+  }
+  auto lookup = [token, now](store::Database& db) -> Result<std::pair<auth::Principal, std::optional<SysTime>>> {
+    auto principal = auth::authenticate(db, token, now);
+    if (!principal) return tl::unexpected(principal.error());
+    auto row = db.one("SELECT expires_at FROM tokens WHERE id = ?", {principal->token_id});
+    std::optional<SysTime> expires;
+    if (row && *row && !(*row)->is_null(0)) expires = from_unix_micros((*row)->int64(0));
+    return std::make_pair(std::move(*principal), expires);
   };
-  co_return co_await store_->read(std::move(lookup));
+  auto found = co_await store_->read(std::move(lookup));
+  if (!found) co_return tl::unexpected(found.error());
+  if (auth_cache_.size() > 100000) auth_cache_.clear();  // bounded
+  auth_cache_[hash] = CachedPrincipal{found->first, found->second, std::chrono::steady_clock::now()};
+  co_return found->first;
 }
 
 asio::awaitable<Response> App::handle(Request& request) {

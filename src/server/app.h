@@ -4,6 +4,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+
+#include <boost/asio/thread_pool.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -49,6 +52,12 @@ class App {
   Router& router() { return router_; }
   Metrics& metrics() { return metrics_; }
   auth::LoginThrottle& login_throttle() { return login_throttle_; }
+  // Argon2id and crypt(3) run here, apart from the store's readers, so a burst of logins
+  // never delays token lookups.
+  boost::asio::thread_pool& password_pool() { return password_pool_; }
+  // Forgets every cached token; called by whatever revokes tokens or disables users, before
+  // it answers, so the change holds from the very next request.
+  void invalidate_auth_cache() { auth_cache_.clear(); }
   HostRegistry& hosts() { return *hosts_; }
   instances::InstanceService& instances() { return *instances_; }
   // This installation's id, made at first start; it labels everything on the engine.
@@ -78,6 +87,13 @@ class App {
   Router router_;
   Metrics metrics_;
   auth::LoginThrottle login_throttle_;
+  struct CachedPrincipal {
+    auth::Principal principal;
+    std::optional<SysTime> expires_at;
+    std::chrono::steady_clock::time_point cached_at;
+  };
+  std::unordered_map<std::string, CachedPrincipal> auth_cache_;  // token hash -> principal (loop only)
+  boost::asio::thread_pool password_pool_{2};
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<instances::InstanceService> instances_;
   std::string installation_id_;

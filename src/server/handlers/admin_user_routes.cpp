@@ -45,7 +45,7 @@ asio::awaitable<Result<Response>> create_user(RequestContext& ctx) {
   auto email = api::optional_string(*body, "email");
   if (!email) co_return tl::unexpected(email.error());
   auto hash_job = [password = *password]() { return auth::hash_password(password); };
-  auto hash = co_await offload<Result<std::string>>(ctx.app.store().blocking_pool().get_executor(), std::move(hash_job));
+  auto hash = co_await offload<Result<std::string>>(ctx.app.password_pool().get_executor(), std::move(hash_job));
   if (!hash) co_return tl::unexpected(hash.error());
   auto effect = [username = *username, email = *email, hash = *hash, role = *role,
                  now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
@@ -84,7 +84,9 @@ asio::awaitable<Result<Response>> patch_user(RequestContext& ctx) {
     }
     return json_response(200, api::user_json(**user));
   };
-  co_return co_await ctx.app.store().write(std::move(effect));
+  auto response = co_await ctx.app.store().write(std::move(effect));
+  ctx.app.invalidate_auth_cache();  // a disabled user's tokens fail from the next request
+  co_return response;
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 
 asio::awaitable<Result<std::string>> hash_off_loop(App& app, std::string password) {
   auto job = [password = std::move(password)]() { return auth::hash_password(password); };
-  co_return co_await offload<Result<std::string>>(app.store().blocking_pool().get_executor(), std::move(job));
+  co_return co_await offload<Result<std::string>>(app.password_pool().get_executor(), std::move(job));
 }
 
 asio::awaitable<Result<Response>> register_user(RequestContext& ctx) {
@@ -73,7 +73,7 @@ asio::awaitable<Result<Response>> login(RequestContext& ctx) {
     if (!auth::verify_password(password, (*lookup)->second)) return std::optional<auth::User>{};
     return std::optional<auth::User>{(*lookup)->first};
   };
-  auto verified = co_await offload<Result<std::optional<auth::User>>>(app.store().blocking_pool().get_executor(),
+  auto verified = co_await offload<Result<std::optional<auth::User>>>(app.password_pool().get_executor(),
                                                                       std::move(check));
   if (!verified) co_return tl::unexpected(verified.error());
   if (!*verified) {
@@ -100,7 +100,9 @@ asio::awaitable<Result<Response>> logout(RequestContext& ctx) {
     if (auto s = auth::revoke_token(db, user, token, system_now()); !s) return tl::unexpected(s.error());
     return empty_response(204);
   };
-  co_return co_await ctx.app.store().write(std::move(revoke));
+  auto response = co_await ctx.app.store().write(std::move(revoke));
+  ctx.app.invalidate_auth_cache();
+  co_return response;
 }
 
 asio::awaitable<Result<Response>> me(RequestContext& ctx) {
@@ -127,14 +129,16 @@ asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
       return fail(ErrorCode::invalid_argument, "old_password: does not match the current password");
     return auth::hash_password(new_password);
   };
-  auto hash = co_await offload<Result<std::string>>(app.store().blocking_pool().get_executor(), std::move(rehash));
+  auto hash = co_await offload<Result<std::string>>(app.password_pool().get_executor(), std::move(rehash));
   if (!hash) co_return tl::unexpected(hash.error());
   auto update = [user = ctx.caller().user.id, keep = ctx.caller().token_id, hash = *hash](store::Database& db) -> Result<Response> {
     if (auto s = auth::set_password_hash(db, user, hash); !s) return tl::unexpected(s.error());
     if (auto s = auth::revoke_other_sessions(db, user, keep, system_now()); !s) return tl::unexpected(s.error());
     return empty_response(204);
   };
-  co_return co_await app.store().write(std::move(update));
+  auto response = co_await app.store().write(std::move(update));
+  app.invalidate_auth_cache();
+  co_return response;
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
   CreateSpec spec = std::move(parsed->first);
   if (parsed->second) {
     auto hash_job = [password = *parsed->second]() { return instances::shadow_password_hash(password); };
-    auto hash = co_await offload<Result<std::string>>(app.store().blocking_pool().get_executor(), std::move(hash_job));
+    auto hash = co_await offload<Result<std::string>>(app.password_pool().get_executor(), std::move(hash_job));
     if (!hash) co_return tl::unexpected(hash.error());
     spec.password_hash = *hash;
   }

@@ -41,7 +41,9 @@ asio::awaitable<Result<Response>> delete_token(RequestContext& ctx) {
     if (auto s = auth::revoke_token(db, user, id, system_now()); !s) return tl::unexpected(s.error());
     return empty_response(204);
   };
-  co_return co_await ctx.app.store().write(std::move(revoke));
+  auto response = co_await ctx.app.store().write(std::move(revoke));
+  ctx.app.invalidate_auth_cache();
+  co_return response;
 }
 
 }  // namespace
