@@ -166,6 +166,7 @@ int run_cli(const std::vector<std::string>& args, Deps& deps) {
   add_instance_commands(app, registry);
   add_key_commands(app, registry);
   add_admin_commands(app, registry);
+  add_connect_commands(app, registry);
 
   std::vector<const char*> argv;
   argv.reserve(args.size() + 1);

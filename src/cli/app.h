@@ -57,6 +57,16 @@ struct Deps {
   std::function<void(std::chrono::milliseconds)> sleep;
   std::function<std::chrono::steady_clock::time_point()> now;
   std::function<std::string()> random_key;  // Idempotency-Key values
+  // Replaces the process with a program (execvp, argv[0] looked up in PATH), so its exit
+  // status is ours; answers only when the program could not be started. Tests record the
+  // argv and answer an exit status. Empty: the real execvp (cli/ssh_command.h).
+  std::function<Result<int>(const std::vector<std::string>& argv)> exec;
+  // A streaming GET (Server-Sent Events): a 2xx text/event-stream body goes to `on_data` as
+  // it arrives (false stops reading); other answers come back whole. Empty: the real
+  // connection (cli/event_stream.h).
+  std::function<Result<HttpResponse>(const Endpoint&, const HttpRequest&,
+                                     const std::function<bool(std::string_view)>& on_data)>
+      stream;
 };
 
 // The real process: std streams, getenv, Beast transport, termios prompts, real clock.

@@ -14,6 +14,7 @@ void add_market_commands(CLI::App& app, Registry& registry);
 void add_instance_commands(CLI::App& app, Registry& registry);
 void add_key_commands(CLI::App& app, Registry& registry);
 void add_admin_commands(CLI::App& app, Registry& registry);
+void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);

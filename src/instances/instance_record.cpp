@@ -5,6 +5,8 @@
 
 #include <boost/json.hpp>
 
+#include "events/events.h"
+
 namespace gpucloud::instances {
 namespace json = boost::json;
 
@@ -161,6 +163,20 @@ Status update_instance_fields(store::Database& db, const Instance& i) {
       {i.name, i.state, i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib, i.no_gpu,
        keys_text(i.ssh_keys), i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds,
        i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.id});
+}
+
+Status record_state_event(store::Database& db, const Instance& i, SysTime now) {
+  std::string message = "instance " + i.name + " is " + i.state + (i.state_reason.empty() ? "" : ": " + i.state_reason);
+  json::object data{{"state", i.state}, {"name", i.name}};
+  if (!i.state_reason.empty()) data["reason"] = i.state_reason;
+  std::string type = i.state == "creating" ? "instance.created" : "instance." + i.state;
+  return events::record(db, now, type, i.id, i.owner, message, std::move(data));
+}
+
+Status update_and_record(store::Database& db, const std::string& previous_state, const Instance& next, SysTime now) {
+  if (auto s = update_instance_fields(db, next); !s) return s;
+  if (next.state == previous_state) return ok();
+  return record_state_event(db, next, now);
 }
 
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,

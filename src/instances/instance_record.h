@@ -59,6 +59,10 @@ Result<std::vector<Instance>> live_instances(store::Database& db);
 Status compare_and_set_state(store::Database& db, const std::string& id, const std::vector<std::string>& from,
                              const std::string& to, const std::string& reason);
 Status update_instance_fields(store::Database& db, const Instance& instance);  // everything but id/owner
+// Records the event of a state change ("instance.<state>"), in the caller's transaction.
+Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
+// update_instance_fields, plus the event when the state differs from `previous_state`.
+Status update_and_record(store::Database& db, const std::string& previous_state, const Instance& next, SysTime now);
 
 // Host ports: the lowest free ones of the host's range, unique per host in the schema.
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,

@@ -158,7 +158,7 @@ asio::awaitable<Status> InstanceService::converge_once(const Instance& i) {
         next.stopped_at = now;
         if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
       }
-      return update_instance_fields(db, next);
+      return update_and_record(db, from, next, now);
     };
     co_return co_await store_.write(std::move(record));
   }
@@ -184,7 +184,7 @@ asio::awaitable<Status> InstanceService::converge_once(const Instance& i) {
         if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
       }
       (void)this;
-      return update_instance_fields(db, next);
+      return update_and_record(db, "stopping", next, now);
     };
     co_return co_await store_.write(std::move(record));
   }
@@ -210,7 +210,7 @@ asio::awaitable<Status> InstanceService::converge_once(const Instance& i) {
       next.released_at = now;
       if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
       if (auto s = free_ports(db, i.id); !s) return s;
-      return update_instance_fields(db, next);
+      return update_and_record(db, "releasing", next, now);
     };
     co_return co_await store_.write(std::move(record));
   }
@@ -303,7 +303,7 @@ asio::awaitable<void> InstanceService::reconcile() {
         next.state = exists ? "stopped" : "error";
         next.state_reason = reason;
         if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
-        return update_instance_fields(db, next);
+        return update_and_record(db, "running", next, now);
       };
       if (auto s = co_await store_.write(std::move(repair)); !s)
         spdlog::warn("reconcile {}: {}", i.id, s.error().detail);

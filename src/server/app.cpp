@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
 #include "auth/credentials.h"
 #include "core/ids.h"
+#include "events/events.h"
 #include "instances/images.h"
 
 namespace gpucloud::server {
@@ -32,6 +34,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_instance_routes(*this);
   register_ssh_key_routes(*this);
   register_image_routes(*this);
+  register_event_routes(*this);
   auto id = store_->write_now([](store::Database& db) -> Result<std::string> {
     auto row = db.one("SELECT value FROM meta WHERE key = 'installation_id'");
     if (!row) return tl::unexpected(row.error());
@@ -52,7 +55,19 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
   instances_ = std::make_unique<instances::InstanceService>(loop_, config_, *store_, *clock_, hosts_->agent());
   instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
+  asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
+}
+
+asio::awaitable<void> App::poll_event_seq() {
+  asio::steady_timer tick(loop_);
+  while (!shutting_down_) {
+    auto read = [](store::Database& db) { return events::latest_seq(db); };
+    if (auto seq = co_await store_->read(std::move(read)); seq) latest_event_seq_ = *seq;
+    tick.expires_after(std::chrono::milliseconds(200));
+    auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    (void)ec;
+  }
 }
 
 App::~App() = default;

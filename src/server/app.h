@@ -58,6 +58,10 @@ class App {
   // Forgets every cached token; called by whatever revokes tokens or disables users, before
   // it answers, so the change holds from the very next request.
   void invalidate_auth_cache() { auth_cache_.clear(); }
+  // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
+  std::int64_t latest_event_seq() const { return latest_event_seq_; }
+  void begin_shutdown() { shutting_down_ = true; }
+  bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }
   instances::InstanceService& instances() { return *instances_; }
   // This installation's id, made at first start; it labels everything on the engine.
@@ -94,6 +98,9 @@ class App {
   };
   std::unordered_map<std::string, CachedPrincipal> auth_cache_;  // token hash -> principal (loop only)
   boost::asio::thread_pool password_pool_{2};
+  std::int64_t latest_event_seq_ = 0;
+  bool shutting_down_ = false;
+  boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<instances::InstanceService> instances_;
   std::string installation_id_;
@@ -132,5 +139,6 @@ void register_market_routes(App& app);
 void register_instance_routes(App& app);
 void register_ssh_key_routes(App& app);
 void register_image_routes(App& app);
+void register_event_routes(App& app);
 
 }  // namespace gpucloud::server

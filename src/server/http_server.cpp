@@ -142,6 +142,11 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       }
     }
     keep_alive = keep_alive && !stopping_;
+    if (response.stream) {
+      co_await stream_response(stream, std::move(response), version);
+      --in_flight_;
+      break;  // a stream ends its connection
+    }
     auto out = to_beast(std::move(response), version, keep_alive);
     auto [write_ec, written] = co_await http::async_write(stream, out, use_tuple);
     --in_flight_;
@@ -152,6 +157,43 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   stream.close();
   connections_.erase(id);
   app_.metrics().connection_closed();
+}
+
+namespace {
+// Chunked transfer for long-lived answers; each write has its own timeout so a stuck
+// client cannot hold the coroutine forever.
+class ChunkSink : public StreamSink {
+ public:
+  explicit ChunkSink(beast::tcp_stream& stream) : stream_(stream) {}
+  asio::awaitable<bool> write(std::string chunk) override {
+    if (chunk.empty()) co_return true;
+    stream_.expires_after(std::chrono::seconds(30));
+    auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(chunk)), use_tuple);
+    co_return !ec;
+  }
+
+ private:
+  beast::tcp_stream& stream_;
+};
+}  // namespace
+
+asio::awaitable<void> HttpServer::stream_response(beast::tcp_stream& stream, Response response, unsigned version) {
+  http::response<http::empty_body> head{static_cast<http::status>(response.status), version};
+  head.set(http::field::server, "gpucloudd");
+  head.set(http::field::content_type, response.content_type);
+  head.set(http::field::cache_control, "no-cache");
+  for (auto& [name, value] : response.headers) head.set(name, value);
+  head.chunked(true);
+  head.keep_alive(false);
+  http::response_serializer<http::empty_body> serializer{head};
+  stream.expires_after(std::chrono::seconds(30));
+  auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
+  if (ec) co_return;
+  ChunkSink sink(stream);
+  co_await response.stream(sink);
+  stream.expires_after(std::chrono::seconds(5));
+  auto [last_ec, last_n] = co_await asio::async_write(stream, http::make_chunk_last(), use_tuple);
+  (void)last_ec;
 }
 
 asio::awaitable<void> HttpServer::shutdown(std::chrono::seconds grace) {

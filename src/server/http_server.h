@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "core/result.h"
+#include "server/http_types.h"
 
 namespace gpucloud::server {
 
@@ -37,6 +38,8 @@ class HttpServer {
   };
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
+  boost::asio::awaitable<void> stream_response(boost::beast::tcp_stream& stream, Response response,
+                                               unsigned version);
 
   boost::asio::io_context& io_;
   App& app_;

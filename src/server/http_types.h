@@ -1,12 +1,14 @@
 #pragma once
 // The HTTP request and response as handlers see them: plain values, no Beast, so handler
 // files stay quick to compile and easy to test.
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/json/value.hpp>
 
 #include "core/result.h"
@@ -26,11 +28,21 @@ struct Request {
   std::map<std::string, std::string> query() const;  // decoded; last value wins
 };
 
+// Where a streaming response (Server-Sent Events) writes its chunks; write() is false once
+// the client has gone.
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  virtual boost::asio::awaitable<bool> write(std::string chunk) = 0;
+};
+
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body is produced by this coroutine, chunk by chunk, after the headers.
+  std::function<boost::asio::awaitable<void>(StreamSink&)> stream;
 };
 
 Response json_response(int status, const boost::json::value& body);

@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   signals.async_wait([&](boost::system::error_code ec, int signal) {
     if (ec) return;
     spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
+    app.begin_shutdown();  // event streams end; in-flight requests finish
     asio::co_spawn(io, stop_serving(http, io), asio::detached);
   });
   std::signal(SIGPIPE, SIG_IGN);

@@ -184,6 +184,21 @@ CREATE TABLE instance_ports (
   UNIQUE (host_id, host_port, protocol)
 );
 )sql"},
+    // Events: every lifecycle transition and notable happening, in commit order (seq).
+    {4, R"sql(
+CREATE TABLE events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  time INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  user_id TEXT,
+  message TEXT NOT NULL,
+  data TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_by_user ON events(user_id, seq);
+CREATE INDEX events_by_resource ON events(resource, seq);
+)sql"},
 };
 
 }  // namespace

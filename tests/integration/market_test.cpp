@@ -140,7 +140,8 @@ TEST_F(MarketTest, FreeCountsFollowReservationsAndReleases) {
   auto hosts = daemon_.get("/api/v1/admin/hosts", daemon_.admin_token());
   ASSERT_EQ(hosts.status, 200);
   int held = 0;
-  for (const auto& h : hosts.json().at("items").as_array())
+  auto parsed_hosts = hosts.json();
+  for (const auto& h : parsed_hosts.at("items").as_array())
     for (const auto& g : h.at("gpus").as_array())
       if (g.at("reserved_by").is_string()) ++held;
   EXPECT_EQ(held, 5);

@@ -206,6 +206,7 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     if (auto s = instances::insert_instance(db, i); !s) return tl::unexpected(s.error());
     auto ports = instances::allocate_ports(db, id, reservation->host_id, spec.ports);
     if (!ports) return tl::unexpected(ports.error());
+    if (auto s = instances::record_state_event(db, i, now); !s) return tl::unexpected(s.error());
     auto stored = instances::load_instance(db, id);
     if (!stored || !*stored) return fail(ErrorCode::internal, "instance not recorded");
     return instance_response(app, 202, **stored);
@@ -255,13 +256,16 @@ asio::awaitable<Result<Response>> get(RequestContext& ctx) {
 template <class Step>
 asio::awaitable<Result<Response>> act(RequestContext& ctx, Step step) {
   App& app = ctx.app;
-  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), step](store::Database& db) mutable -> Result<Response> {
+  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), step, now = app.clock().now()](store::Database& db) mutable -> Result<Response> {
     auto i = caller_instance(db, caller, id);
     if (!i) return tl::unexpected(i.error());
+    std::string before = i->state;
     auto s = step(db, *i);
     if (!s) return tl::unexpected(s.error());
     auto stored = instances::load_instance(db, i->id);
     if (!stored || !*stored) return fail(ErrorCode::internal, "instance not recorded");
+    if ((*stored)->state != before)
+      if (auto r = instances::record_state_event(db, **stored, now); !r) return tl::unexpected(r.error());
     return instance_response(app, 202, **stored);
   };
   auto response = co_await app.store().write(std::move(effect));

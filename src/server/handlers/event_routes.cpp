@@ -1,0 +1,109 @@
+// GET /events (own; the operator sees all) and GET /events/stream (Server-Sent Events that
+// resume after Last-Event-ID, with heartbeat comments so proxies keep the stream open).
+#include <charconv>
+
+#include <boost/asio.hpp>
+
+#include "events/events.h"
+#include "server/app.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+struct EventQuery {
+  events::Query query;
+};
+
+Result<events::Query> parse_query(RequestContext& ctx, std::string_view last_event_id) {
+  events::Query q;
+  if (!ctx.caller().user.is_admin()) q.user = ctx.caller().user.id;
+  auto params = ctx.request.query();
+  auto parse_seq = [](std::string_view text, std::int64_t& out) {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && p == text.data() + text.size() && out >= 0;
+  };
+  if (!params["since_seq"].empty() && !parse_seq(params["since_seq"], q.since_seq))
+    return fail(ErrorCode::invalid_argument, "since_seq: must be a non-negative integer");
+  if (!last_event_id.empty() && !parse_seq(last_event_id, q.since_seq))
+    return fail(ErrorCode::invalid_argument, "Last-Event-ID: must be an event seq");
+  if (!params["resource"].empty()) q.resource = params["resource"];
+  if (!params["limit"].empty()) {
+    std::int64_t limit = 0;
+    if (!parse_seq(params["limit"], limit) || limit < 1 || limit > 1000)
+      return fail(ErrorCode::invalid_argument, "limit: must be an integer from 1 to 1000");
+    q.limit = static_cast<std::size_t>(limit);
+  }
+  return q;
+}
+
+asio::awaitable<Result<Response>> list_events(RequestContext& ctx) {
+  auto q = parse_query(ctx, "");
+  if (!q) co_return tl::unexpected(q.error());
+  auto read = [q = *q](store::Database& db) { return events::list(db, q); };
+  auto found = co_await ctx.app.store().read(std::move(read));
+  if (!found) co_return tl::unexpected(found.error());
+  json::array items;
+  for (const auto& e : *found) items.push_back(events::to_json(e));
+  json::object doc{{"items", std::move(items)}};
+  // Oldest first; the cursor is the seq to resume after.
+  doc["next_cursor"] = found->size() == q->limit ? json::value(std::to_string(found->back().seq)) : json::value(nullptr);
+  co_return json_response(200, doc);
+}
+
+std::string sse_frame(const events::Event& e) {
+  return "id: " + std::to_string(e.seq) + "\nevent: " + e.type + "\ndata: " + json::serialize(events::to_json(e)) + "\n\n";
+}
+
+// One stream: sends what is new whenever the store's latest seq moves past what it sent,
+// and a comment every 15 s. A named coroutine taking everything by value.
+asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink) {
+  asio::steady_timer tick(co_await asio::this_coro::executor);
+  auto last_heartbeat = std::chrono::steady_clock::now();
+  if (!co_await sink->write(": connected\n\n")) co_return;
+  while (!app->shutting_down()) {
+    if (app->latest_event_seq() > query.since_seq) {
+      auto read = [query](store::Database& db) { return events::list(db, query); };
+      auto batch = co_await app->store().read(std::move(read));
+      if (!batch) co_return;
+      std::string out;
+      for (const auto& e : *batch) {
+        out += sse_frame(e);
+        query.since_seq = e.seq;
+      }
+      if (!out.empty() && !co_await sink->write(std::move(out))) co_return;
+      if (batch->size() == query.limit) continue;  // more waiting
+      // Someone else's events moved the latest seq: remember it so we do not re-query.
+      if (batch->empty()) query.since_seq = std::max(query.since_seq, app->latest_event_seq());
+    }
+    if (std::chrono::steady_clock::now() - last_heartbeat > std::chrono::seconds(15)) {
+      if (!co_await sink->write(": heartbeat\n\n")) co_return;
+      last_heartbeat = std::chrono::steady_clock::now();
+    }
+    tick.expires_after(std::chrono::milliseconds(200));
+    auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    (void)ec;
+  }
+}
+
+asio::awaitable<Result<Response>> stream_events(RequestContext& ctx) {
+  auto q = parse_query(ctx, ctx.request.header("last-event-id"));
+  if (!q) co_return tl::unexpected(q.error());
+  q->limit = 500;
+  Response r{200, "text/event-stream", "", {{"X-Accel-Buffering", "no"}}, {}};
+  App* app = &ctx.app;
+  r.stream = [app, query = *q](StreamSink& sink) { return sse_loop(app, query, &sink); };
+  co_return r;
+}
+
+}  // namespace
+
+void register_event_routes(App& app) {
+  auto& r = app.router();
+  r.add("GET", "/api/v1/events/stream", Access::user, "events", "Server-Sent Events (resume with Last-Event-ID)", stream_events);
+  r.add("GET", "/api/v1/events", Access::user, "events", "Events after since_seq (own; the operator sees all)", list_events);
+}
+
+}  // namespace gpucloud::server
