@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "agent/agent_protocol.h"
+#include "agent/runtime/runtime_driver.h"
 
 namespace gpucloud::agent {
 
@@ -19,6 +20,11 @@ class HostAgent {
   virtual boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) = 0;
   // The agent reports heartbeats through this sink (set once, before register_hosts).
   virtual void on_heartbeat(std::function<void(Heartbeat)> sink) = 0;
+  // An interactive shell in a running instance (a TTY exec). Bytes, not messages: a wire
+  // transport carries it as its own stream beside the command channel.
+  virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,
+                                                                                       std::string instance_id,
+                                                                                       int rows, int cols) = 0;
 };
 
 }  // namespace gpucloud::agent

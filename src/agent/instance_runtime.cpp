@@ -472,6 +472,19 @@ DriverState InstanceRuntime::driver_state_for(const InstanceRecord& record) cons
   return state;
 }
 
+awaitable<Result<std::unique_ptr<TerminalSession>>> InstanceRuntime::open_terminal(std::string instance_id, int rows,
+                                                                                 int cols) {
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  auto it = instances_.find(instance_id);
+  if (it == instances_.end() || !it->second->record || it->second->record->container_id.empty())
+    co_return fail(ErrorCode::not_found, "instance " + instance_id + " has no container on this host");
+  std::string container = it->second->record->container_id;
+  // bash when the image has it, else sh; a login shell so the profile (CUDA paths) applies.
+  std::vector<std::string> argv{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"};
+  std::vector<std::string> env{"TERM=xterm-256color", "HOME=/root"};
+  co_return co_await driver_->exec_tty(container, std::move(argv), rows, cols, std::move(env));
+}
+
 InstanceRuntime::Instance& InstanceRuntime::instance_slot(const std::string& instance_id) {
   auto& slot = instances_[instance_id];
   if (!slot) slot = std::make_unique<Instance>();

@@ -84,6 +84,10 @@ class InstanceRuntime {
   // Adds the instance.* handlers. The runtime must outlive the agent's use of them.
   void register_handlers(LocalAgent& agent);
 
+  // A login shell in the instance's running container, on a TTY of rows x cols.
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string instance_id, int rows,
+                                                                               int cols);
+
   // The command handlers (what register_handlers installs), callable directly.
   boost::asio::awaitable<Result<CommandOutcome>> handle(Command command);
 

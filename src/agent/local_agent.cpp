@@ -104,6 +104,13 @@ void LocalAgent::schedule_heartbeat() {
   });
 }
 
+asio::awaitable<Result<std::unique_ptr<TerminalSession>>> LocalAgent::open_terminal(std::string host_name,
+                                                                                   std::string instance_id, int rows,
+                                                                                   int cols) {
+  if (!terminal_opener_) co_return fail(ErrorCode::unavailable, "this agent has no instance runtime");
+  co_return co_await terminal_opener_(std::move(instance_id), rows, cols);
+}
+
 asio::awaitable<Result<CommandOutcome>> LocalAgent::execute(Command command) {
   if (auto it = outcomes_.find(command.id); it != outcomes_.end()) co_return it->second;
   auto handler = handlers_.find(command.kind);

@@ -32,6 +32,13 @@ class LocalAgent : public HostAgent {
 
   void add_command_handler(std::string kind, CommandHandler handler) { handlers_[std::move(kind)] = std::move(handler); }
 
+  using TerminalOpener = std::function<boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>>(
+      std::string instance_id, int rows, int cols)>;
+  void set_terminal_opener(TerminalOpener opener) { terminal_opener_ = std::move(opener); }
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,
+                                                                               std::string instance_id, int rows,
+                                                                               int cols) override;
+
   // The hosts an all-in-one daemon serves: the config's, or one named after this machine.
   static std::vector<config::Host> effective_hosts(const config::Config& config);
 
@@ -51,6 +58,7 @@ class LocalAgent : public HostAgent {
   boost::asio::steady_timer heartbeat_timer_;
   std::uint64_t heartbeat_sequence_ = 0;
   std::map<std::string, CommandHandler> handlers_;
+  TerminalOpener terminal_opener_;
   // Outcomes of recent commands, so a repeated command id is answered, not re-run.
   std::unordered_map<std::string, CommandOutcome> outcomes_;
   std::deque<std::string> outcome_order_;

@@ -14,6 +14,12 @@ class LoopbackJsonAgent : public HostAgent {
   boost::asio::awaitable<Result<std::vector<HostInventory>>> register_hosts() override;
   boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) override;
   void on_heartbeat(std::function<void(Heartbeat)> sink) override;
+  // Terminal bytes are a stream, not messages: passed through as they are.
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,
+                                                                               std::string instance_id, int rows,
+                                                                               int cols) override {
+    return inner_->open_terminal(std::move(host_name), std::move(instance_id), rows, cols);
+  }
   std::uint64_t messages() const { return messages_; }
 
  private:

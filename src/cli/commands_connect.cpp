@@ -25,7 +25,7 @@ struct ConnectArgs {
   std::vector<std::string> names;
   std::string identity;
   bool follow = false;
-  std::int64_t since_seq = -1;  // -1: not given
+  std::int64_t since_seq = -1;  // -1: not given (set by the handler)
 };
 
 std::optional<std::string> identity_of(const ConnectArgs& a) {
@@ -342,9 +342,13 @@ void add_connect_commands(CLI::App& app, Registry& registry) {
 
   auto* events = app.add_subcommand("events", "what happened to your resources");
   events->add_flag("-f,--follow", a->follow, "keep printing events as they happen");
-  events->add_option("--since-seq", a->since_seq, "only events after this seq")
-      ->check(CLI::NonNegativeNumber);
-  registry.on(events, [a](Context& ctx) {
+  auto* since = events->add_option("--since-seq", a->since_seq, "only events after this seq");
+  registry.on(events, [a, since](Context& ctx) -> Outcome {
+    if (since->count() == 0) {
+      a->since_seq = -1;
+    } else if (a->since_seq < 0) {
+      return usage_error("--since-seq: expected an event seq (0 or more)");
+    }
     return a->follow ? do_events_follow(ctx, *a) : do_events_list(ctx, *a);
   });
 }

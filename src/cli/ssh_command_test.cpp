@@ -495,6 +495,7 @@ TEST_F(ConnectCommands, EventsTable) {
   EXPECT_NE(out.find("MESSAGE"), std::string::npos);
   EXPECT_LT(out.find("instance.created"), out.find("instance.running"));  // by seq
   EXPECT_EQ(out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(run({"events", "--since-seq", "-3"}), kExitUsage);
 }
 
 TEST_F(ConnectCommands, EventsFollowReconnectsWithLastEventId) {

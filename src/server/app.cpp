@@ -35,6 +35,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_ssh_key_routes(*this);
   register_image_routes(*this);
   register_event_routes(*this);
+  register_terminal_routes(*this);
   auto id = store_->write_now([](store::Database& db) -> Result<std::string> {
     auto row = db.one("SELECT value FROM meta WHERE key = 'installation_id'");
     if (!row) return tl::unexpected(row.error());

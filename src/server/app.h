@@ -140,5 +140,6 @@ void register_instance_routes(App& app);
 void register_ssh_key_routes(App& app);
 void register_image_routes(App& app);
 void register_event_routes(App& app);
+void register_terminal_routes(App& app);
 
 }  // namespace gpucloud::server

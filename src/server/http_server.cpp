@@ -4,6 +4,7 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
@@ -135,6 +136,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       Status valid = ok();
       Request request = to_request(parser.get(), client, valid);
       // Not a ?: around co_await: g++ 12 miscompiles co_await inside conditional expressions.
+      request.websocket_upgrade = beast::websocket::is_upgrade(parser.get());
       if (valid) {
         response = co_await app_.handle(request);
       } else {
@@ -142,6 +144,14 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       }
     }
     keep_alive = keep_alive && !stopping_;
+    if (response.websocket && beast::websocket::is_upgrade(parser.get())) {
+      --in_flight_;
+      connections_[id].busy = false;
+      co_await websocket_session(stream, parser.release(), std::move(response));
+      connections_.erase(id);
+      app_.metrics().connection_closed();
+      co_return;  // the WebSocket owned the connection to its end
+    }
     if (response.stream) {
       co_await stream_response(stream, std::move(response), version);
       --in_flight_;
@@ -176,6 +186,45 @@ class ChunkSink : public StreamSink {
   beast::tcp_stream& stream_;
 };
 }  // namespace
+
+namespace {
+class BeastWebSocket : public WebSocketChannel {
+ public:
+  explicit BeastWebSocket(beast::websocket::stream<beast::tcp_stream>& ws) : ws_(ws) {}
+  asio::awaitable<std::optional<Message>> read() override {
+    beast::flat_buffer buffer;
+    auto [ec, n] = co_await ws_.async_read(buffer, use_tuple);
+    if (ec) co_return std::nullopt;
+    co_return Message{ws_.got_binary(), beast::buffers_to_string(buffer.data())};
+  }
+  asio::awaitable<bool> write(std::string data, bool binary) override {
+    ws_.binary(binary);
+    auto [ec, n] = co_await ws_.async_write(asio::buffer(data), use_tuple);
+    co_return !ec;
+  }
+  asio::awaitable<void> close() override {
+    if (!ws_.is_open()) co_return;
+    auto [ec] = co_await ws_.async_close(beast::websocket::close_code::normal, use_tuple);
+    (void)ec;
+  }
+
+ private:
+  beast::websocket::stream<beast::tcp_stream>& ws_;
+};
+}  // namespace
+
+asio::awaitable<void> HttpServer::websocket_session(beast::tcp_stream& stream, http::request<http::string_body> upgrade,
+                                                     Response response) {
+  beast::websocket::stream<beast::tcp_stream> ws(std::move(stream));
+  beast::get_lowest_layer(ws).expires_never();
+  ws.set_option(beast::websocket::stream_base::timeout::suggested(beast::role_type::server));
+  ws.read_message_max(1 << 20);
+  auto [ec] = co_await ws.async_accept(upgrade, use_tuple);
+  if (ec) co_return;
+  BeastWebSocket channel(ws);
+  co_await response.websocket(channel);
+  if (ws.is_open()) co_await channel.close();
+}
 
 asio::awaitable<void> HttpServer::stream_response(beast::tcp_stream& stream, Response response, unsigned version) {
   http::response<http::empty_body> head{static_cast<http::status>(response.status), version};

@@ -10,6 +10,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include "config/config.h"
 #include "core/result.h"
@@ -38,6 +40,9 @@ class HttpServer {
   };
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
+  boost::asio::awaitable<void> websocket_session(
+      boost::beast::tcp_stream& stream,
+      boost::beast::http::request<boost::beast::http::string_body> upgrade, Response response);
   boost::asio::awaitable<void> stream_response(boost::beast::tcp_stream& stream, Response response,
                                                unsigned version);
 

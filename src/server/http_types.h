@@ -3,6 +3,7 @@
 // files stay quick to compile and easy to test.
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,7 @@ struct Request {
   std::string body;
   std::string client_address;
   std::map<std::string, std::string> params;  // path parameters, e.g. {"id": "i-..."}
+  bool websocket_upgrade = false;
 
   std::string_view header(std::string_view lower_name) const;
   std::map<std::string, std::string> query() const;  // decoded; last value wins
@@ -36,6 +38,20 @@ class StreamSink {
   virtual boost::asio::awaitable<bool> write(std::string chunk) = 0;
 };
 
+// A WebSocket after the upgrade: binary and text messages both ways. One reader and one
+// writer at a time (the writer side serialises writes).
+class WebSocketChannel {
+ public:
+  struct Message {
+    bool binary = false;
+    std::string data;
+  };
+  virtual ~WebSocketChannel() = default;
+  virtual boost::asio::awaitable<std::optional<Message>> read() = 0;  // nullopt once closed
+  virtual boost::asio::awaitable<bool> write(std::string data, bool binary) = 0;
+  virtual boost::asio::awaitable<void> close() = 0;
+};
+
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
@@ -43,6 +59,8 @@ struct Response {
   std::vector<std::pair<std::string, std::string>> headers;
   // When set, the body is produced by this coroutine, chunk by chunk, after the headers.
   std::function<boost::asio::awaitable<void>(StreamSink&)> stream;
+  // When set on an upgrade request, the connection becomes this WebSocket session.
+  std::function<boost::asio::awaitable<void>(WebSocketChannel&)> websocket;
 };
 
 Response json_response(int status, const boost::json::value& body);

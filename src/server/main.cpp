@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*runtime)->register_handlers(*local_agent);
+  agent::InstanceRuntime* runtime_ptr = runtime->get();
+  local_agent->set_terminal_opener([runtime_ptr](std::string instance_id, int rows, int cols) {
+    return runtime_ptr->open_terminal(std::move(instance_id), rows, cols);
+  });
   // Re-attach before serving: load the agent's state, ensure the network, re-apply the
   // firewall. Without an engine the daemon still serves (instances then fail with a reason).
   std::optional<Status> runtime_started;

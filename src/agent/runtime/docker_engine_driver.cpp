@@ -1,5 +1,8 @@
 #include "agent/runtime/docker_engine_driver.h"
 
+#include <csignal>
+#include <sys/types.h>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -221,10 +224,25 @@ class DockerTerminal final : public TerminalSession {
     if (socket_.is_open()) {
       socket_.shutdown(local::socket::shutdown_both, ignored);
       socket_.close(ignored);
+      // The engine leaves a TTY exec running when its client goes (a closed browser tab):
+      // hang its shell up, as a terminal would, and kill it if it ignores that.
+      net::co_spawn(socket_.get_executor(), hang_up(engine_, exec_id_), net::detached);
     }
   }
 
  private:
+  static awaitable<void> hang_up(EngineClient engine, std::string exec_id) {
+    auto inspect = co_await engine.exec_inspect(exec_id);
+    if (!inspect || !inspect->running || inspect->pid <= 1) co_return;
+    ::kill(static_cast<pid_t>(inspect->pid), SIGHUP);
+    for (int i = 0; i < 20; ++i) {
+      co_await sleep_for(std::chrono::milliseconds(50));
+      auto again = co_await engine.exec_inspect(exec_id);
+      if (!again || !again->running) co_return;
+    }
+    ::kill(static_cast<pid_t>(inspect->pid), SIGKILL);
+  }
+
   EngineClient engine_;
   std::string exec_id_;
   local::socket socket_;

@@ -1,0 +1,92 @@
+// GET /instances/{id}/terminal: a WebSocket shell in the instance (an engine exec with a
+// TTY). Binary frames carry terminal bytes both ways; text frames carry JSON control
+// messages ({"type":"resize","cols":120,"rows":40}). The owner only.
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "instances/instance_record.h"
+#include "server/app.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+// Terminal -> browser. The only writer of the socket, so frames never interleave.
+asio::awaitable<void> pump_out(agent::TerminalSession* terminal, WebSocketChannel* channel) {
+  for (;;) {
+    auto bytes = co_await terminal->read();
+    if (!bytes || bytes->empty()) break;  // the shell ended
+    if (!co_await channel->write(std::move(*bytes), true)) break;
+  }
+  co_await channel->close();  // wakes the reader
+}
+
+// Browser -> terminal: keystrokes and resizes, until the socket closes.
+asio::awaitable<void> pump_in(agent::TerminalSession* terminal, WebSocketChannel* channel) {
+  for (;;) {
+    auto message = co_await channel->read();
+    if (!message) break;
+    if (message->binary) {
+      if (!co_await terminal->write(std::move(message->data))) break;
+      continue;
+    }
+    boost::system::error_code ec;
+    auto control = json::parse(message->data, ec);
+    if (ec || !control.is_object()) continue;  // not a control message: ignored
+    const auto& o = control.as_object();
+    auto type = o.if_contains("type");
+    if (type && type->is_string() && type->as_string() == "resize") {
+      auto cols = o.if_contains("cols"), rows = o.if_contains("rows");
+      if (cols && rows && cols->is_int64() && rows->is_int64() && cols->as_int64() > 0 && rows->as_int64() > 0 &&
+          cols->as_int64() < 1000 && rows->as_int64() < 1000)
+        (void)co_await terminal->resize(static_cast<int>(rows->as_int64()), static_cast<int>(cols->as_int64()));
+    }
+  }
+  terminal->close();  // a dropped tab ends the exec's input; the shell exits
+}
+
+asio::awaitable<void> terminal_session(App* app, std::string host, std::string instance_id, WebSocketChannel* channel) {
+  auto terminal = co_await app->hosts().agent().open_terminal(host, instance_id, 24, 80);
+  if (!terminal) {
+    (void)co_await channel->write("gpucloud: " + terminal.error().detail + "\r\n", true);
+    co_await channel->close();
+    co_return;
+  }
+  spdlog::info(R"({{"event":"terminal_opened","instance":"{}"}})", instance_id);
+  agent::TerminalSession* t = terminal->get();
+  co_await (pump_out(t, channel) && pump_in(t, channel));
+  t->close();
+  spdlog::info(R"({{"event":"terminal_closed","instance":"{}"}})", instance_id);
+}
+
+asio::awaitable<Result<Response>> open(RequestContext& ctx) {
+  // The owner only: not even the operator gets a shell in a user's instance.
+  auto read = [owner = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) {
+    return instances::find_owned_instance(db, owner, id);
+  };
+  auto instance = co_await ctx.app.store().read(std::move(read));
+  if (!instance) co_return tl::unexpected(instance.error());
+  if (instance->state != "running") co_return fail(ErrorCode::conflict, "the instance is " + instance->state);
+  if (!ctx.request.websocket_upgrade)
+    co_return fail(ErrorCode::invalid_argument, "this endpoint speaks WebSocket: send an Upgrade request");
+  Response r{101, "", "", {}, {}, {}};
+  App* app = &ctx.app;
+  r.websocket = [app, host = instance->host_name.value_or(""), id = instance->id](WebSocketChannel& channel) {
+    return terminal_session(app, host, id, &channel);
+  };
+  co_return r;
+}
+
+}  // namespace
+
+void register_terminal_routes(App& app) {
+  app.router().add("GET", "/api/v1/instances/{id}/terminal", Access::user, "instances",
+                   "A shell in the instance over WebSocket (binary frames; text frames for resize)", open);
+}
+
+}  // namespace gpucloud::server

@@ -1,0 +1,111 @@
+// The web terminal: a real WebSocket client against the real daemon and engine.
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+
+struct TerminalClient {
+  asio::io_context io;
+  websocket::stream<beast::tcp_stream> ws{io};
+  std::string seen;
+
+  void connect(int port, const std::string& path, const std::string& token) {
+    beast::get_lowest_layer(ws).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    ws.set_option(websocket::stream_base::decorator(
+        [token](websocket::request_type& req) { req.set(beast::http::field::authorization, "Bearer " + token); }));
+    ws.handshake("127.0.0.1", path);
+  }
+  void send(const std::string& keys) {
+    ws.binary(true);
+    ws.write(asio::buffer(keys));
+  }
+  void resize(int cols, int rows) {
+    ws.text(true);
+    ws.write(asio::buffer(json::serialize(json::object{{"type", "resize"}, {"cols", cols}, {"rows", rows}})));
+  }
+  // Reads until `needle` appears in everything received (or 15 s pass).
+  bool wait_for(const std::string& needle) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(15));
+    while (seen.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      beast::flat_buffer buffer;
+      beast::error_code ec;
+      ws.read(buffer, ec);
+      if (ec) return false;
+      seen += beast::buffers_to_string(buffer.data());
+    }
+    return seen.find(needle) != std::string::npos;
+  }
+};
+
+TEST(TerminalTest, DOCKER_ROOT_EchoResizeOwnerOnlyAndADroppedSocketEndsTheExec) {
+  if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  TestDaemon daemon(DaemonOptions{R"(
+[[hosts]]
+name = "node-1"
+cpu = 4
+memory_gib = 16
+port_range = "36500-36599"
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 10
+)"});
+  daemon.start();
+  std::string alice = daemon.register_and_login("alice");
+  ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "shell"}, {"gpu_count", 0}}, alice).status, 202);
+  auto running = daemon.wait_for_state("shell", "running", alice);
+  ASSERT_EQ(running.at("state").as_string(), "running") << json::serialize(running);
+  std::string path = "/api/v1/instances/shell/terminal";
+
+  TerminalClient client;
+  client.connect(daemon.port(), path, alice);
+  client.send("echo hello-$((20+22))\n");
+  EXPECT_TRUE(client.wait_for("hello-42")) << client.seen;
+  client.resize(120, 40);
+  client.send("stty size\n");
+  EXPECT_TRUE(client.wait_for("40 120")) << client.seen;
+
+  // Another user's upgrade is refused before any WebSocket exists.
+  std::string bob = daemon.register_and_login("bob");
+  TerminalClient intruder;
+  EXPECT_THROW(intruder.connect(daemon.port(), path, bob), boost::system::system_error);
+  EXPECT_EQ(daemon.get(path, bob).status, 404);
+  EXPECT_EQ(daemon.get(path, alice).status, 400) << "a plain GET is told to upgrade";
+
+  // A dropped tab: close the TCP connection without a close frame; the exec must end.
+  std::string container = "gpucloud-" + daemon.installation_id() + "-" + std::string(running.at("id").as_string());
+  auto execs_running = [&] {
+    auto inspect = json::parse(docker_api("GET", "/containers/" + container + "/json"));
+    int count = 0;
+    if (inspect.as_object().contains("ExecIDs") && inspect.at("ExecIDs").is_array())
+      for (const auto& e : inspect.at("ExecIDs").as_array()) {
+        auto exec = json::parse(docker_api("GET", "/exec/" + std::string(e.as_string()) + "/json"));
+        count += exec.at("Running").as_bool();
+      }
+    return count;
+  };
+  EXPECT_GE(execs_running(), 1);
+  beast::get_lowest_layer(client.ws).socket().close();
+  bool ended = false;
+  for (int i = 0; i < 50 && !ended; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ended = execs_running() == 0;
+  }
+  EXPECT_TRUE(ended) << "the shell's exec is still running after its socket dropped";
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
