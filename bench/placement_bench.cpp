@@ -6,7 +6,7 @@
 // rises from 0 at the band's low GPU utilisation to 1 at its high one (70-85%, and a
 // nearly-full 88-98% where fragmentation shows), so the cluster hovers in that band.
 // Every strategy sees the same requests and the same random draws. Results: see
-// docs/benchmarks-placement.md.
+// docs/benchmarks.md.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
