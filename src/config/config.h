@@ -42,6 +42,7 @@ struct Host {
 struct Image {
   std::string name, engine_image, description, os, python, cuda;
   std::map<std::string, std::string> frameworks;
+  bool ssh = true;  // added key: false for an image without sshd (reached by the web terminal)
 };
 
 struct Offer {

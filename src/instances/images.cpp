@@ -58,10 +58,10 @@ constexpr const char* kColumns =
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now) {
   config::Image base{kBaseImageName, kBaseEngineImage,
                      "Debian 12 (bookworm) with OpenSSH, Python 3.11, tmux, procps, iproute2; built without a registry",
-                     "Debian 12", "3.11", "", {}};
+                     "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}}, true};
   if (auto s = upsert_public(db, base, true, now); !s) return s;
   for (const auto& img : config.images)
-    if (auto s = upsert_public(db, img, true, now); !s) return s;
+    if (auto s = upsert_public(db, img, img.ssh, now); !s) return s;
   return ok();
 }
 

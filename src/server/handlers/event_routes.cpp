@@ -27,6 +27,9 @@ Result<events::Query> parse_query(RequestContext& ctx, std::string_view last_eve
   };
   if (!params["since_seq"].empty() && !parse_seq(params["since_seq"], q.since_seq))
     return fail(ErrorCode::invalid_argument, "since_seq: must be a non-negative integer");
+  // The list's next_cursor is the seq to resume after: `cursor` and `since_seq` are one thing.
+  if (!params["cursor"].empty() && !parse_seq(params["cursor"], q.since_seq))
+    return fail(ErrorCode::invalid_argument, "cursor: not a cursor this server returned");
   if (!last_event_id.empty() && !parse_seq(last_event_id, q.since_seq))
     return fail(ErrorCode::invalid_argument, "Last-Event-ID: must be an event seq");
   if (!params["resource"].empty()) q.resource = params["resource"];
