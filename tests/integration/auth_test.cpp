@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/time_format.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -235,7 +236,9 @@ TEST_F(AuthTest, OpenApiListsExactlyTheServedRoutes) {
       if (upper == "POST" && concrete == "/api/v1/auth/logout") continue;  // would end the admin session
       auto r = daemon_.request(upper, concrete, upper == "GET" || upper == "DELETE" ? "" : "{}", admin);
       EXPECT_NE(r.status, 405) << upper << " " << concrete;
-      if (r.status == 404) EXPECT_EQ(r.body.find("no such endpoint"), std::string::npos) << upper << " " << concrete;
+      if (r.status == 404) {
+        EXPECT_EQ(r.body.find("no such endpoint"), std::string::npos) << upper << " " << concrete;
+      }
     }
   }
 }
@@ -300,6 +303,32 @@ TEST(AuthConfigTest, ClosedRegistrationAndBadConfigRefused) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("bogus_key"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
+
+namespace gpucloud::testing {
+namespace {
+
+TEST(TestClockTest, AdvanceMovesThePlatformClockAndSurvivesARestart) {
+  DaemonOptions options;
+  options.test_clock = true;
+  TestDaemon daemon(options);
+  daemon.start();
+  std::string admin = daemon.admin_token();
+  auto first = daemon.post("/api/v1/admin/clock", {{"advance_seconds", 3600}}, admin);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto t1 = parse_rfc3339(std::string(first.json().at("now").as_string()));
+  auto second = daemon.post("/api/v1/admin/clock", {{"advance_seconds", 86400}}, admin);
+  auto t2 = parse_rfc3339(std::string(second.json().at("now").as_string()));
+  ASSERT_TRUE(t1 && t2);
+  EXPECT_EQ(*t2 - *t1, std::chrono::hours(24));
+  EXPECT_EQ(daemon.post("/api/v1/admin/clock", {{"advance_seconds", -5}}, admin).status, 400);
+  EXPECT_EQ(daemon.post("/api/v1/admin/clock", {{"advance_seconds", 5}}, daemon.register_and_login("uma")).status, 403);
+  daemon.restart();
+  auto after = daemon.post("/api/v1/admin/clock", {{"advance_seconds", 0}}, daemon.admin_token());
+  EXPECT_EQ(*parse_rfc3339(std::string(after.json().at("now").as_string())), *t2) << "the test clock resumes where it was";
 }
 
 }  // namespace

@@ -347,3 +347,111 @@ TEST_F(InstancesTest, DOCKER_ROOT_KillNineBeforeTheStopCommitThenRestartConverge
 
 }  // namespace
 }  // namespace gpucloud::testing
+
+namespace gpucloud::testing {
+namespace {
+
+// kill -9 at each named step, restart, and within 10 s the instance is in a true state with
+// its GPU held exactly as that state says and no container left over.
+struct CrashCase {
+  const char* fault;
+  const char* action;  // what triggers the step
+  const char* expected_state;
+};
+
+class InstanceCrashTest : public InstancesTest, public ::testing::WithParamInterface<CrashCase> {};
+
+TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
+  const CrashCase& c = GetParam();
+  start(1);
+  std::string action = c.action;
+  if (action != "create") {
+    ASSERT_EQ(create("victim", user_).status, 202);
+    ASSERT_EQ(daemon_->wait_for_state("victim", "running", user_).at("state").as_string(), "running");
+    if (action == "start") {
+      daemon_->post("/api/v1/instances/victim/stop", json::object{}, user_);
+      ASSERT_EQ(daemon_->wait_for_state("victim", "stopped", user_).at("state").as_string(), "stopped");
+    }
+  }
+  daemon_->stop();
+  setenv("GPUCLOUD_FAULT_POINT", c.fault, 1);
+  daemon_->start();
+  unsetenv("GPUCLOUD_FAULT_POINT");
+  try {
+    if (action == "create") create("victim", user_);
+    else if (action == "release") daemon_->request("DELETE", "/api/v1/instances/victim", "", user_);
+    else daemon_->post("/api/v1/instances/victim/" + action, json::object{}, user_);
+  } catch (...) {
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the fault fires once the engine step is done
+  daemon_->kill9();
+  daemon_->start();
+  auto settled = daemon_->wait_for_state("victim", c.expected_state, user_, std::chrono::seconds(10));
+  if (std::string(c.expected_state) == "released") {
+    EXPECT_EQ(daemon_->get("/api/v1/instances/victim", user_).status, 404);
+  } else {
+    ASSERT_EQ(settled.at("state").as_string(), c.expected_state) << json::serialize(settled);
+  }
+  auto hosts = daemon_->get("/api/v1/admin/hosts", daemon_->admin_token()).json();
+  int reserved = 0;
+  for (const auto& g : hosts.at("items").as_array()[0].at("gpus").as_array()) reserved += g.at("reserved_by").is_string();
+  EXPECT_EQ(reserved, std::string(c.expected_state) == "running" ? 1 : 0) << "no leaked or double-booked GPU";
+  // Containers of this installation: one for a live instance, none once released.
+  std::string list = docker_api("GET", "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22gpucloud.installation%3D" +
+                                           daemon_->installation_id() + "%22%5D%7D");
+  std::size_t containers = 0;
+  for (std::size_t pos = 0; (pos = list.find("\"Id\"", pos)) != std::string::npos; ++pos) ++containers;
+  EXPECT_EQ(containers, std::string(c.expected_state) == "released" ? 0u : 1u) << list;
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, InstanceCrashTest,
+                         ::testing::Values(CrashCase{"create.after_engine", "create", "running"},
+                                           CrashCase{"start.after_engine", "start", "running"},
+                                           CrashCase{"release.before_state_commit", "release", "released"}),
+                         [](const auto& info) {
+                           std::string name = info.param.fault;
+                           for (char& ch : name) if (ch == '.') ch = '_';
+                           return name;
+                         });
+
+TEST_F(InstancesTest, DOCKER_ROOT_DockerdRestartKeepsInstancesRunning) {
+  start(1);
+  if (shell("test -f /var/run/gpucloud/dockerd.pid && echo ours") != "ours\n")
+    GTEST_SKIP() << "dockerd was not started by scripts/start-dockerd.sh; not restarting someone else's engine";
+  ASSERT_EQ(create("survivor", user_).status, 202);
+  auto running = daemon_->wait_for_state("survivor", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running");
+  shell(std::string("sh ") + GPUCLOUD_SOURCE_DIR + "/scripts/stop-dockerd.sh >/dev/null 2>&1; sh " + GPUCLOUD_SOURCE_DIR +
+        "/scripts/start-dockerd.sh >/dev/null 2>&1");
+  std::this_thread::sleep_for(std::chrono::seconds(12));  // a reconcile pass runs meanwhile
+  EXPECT_EQ(daemon_->get("/api/v1/instances/survivor", user_).json().at("state").as_string(), "running");
+  int rc = -1;
+  ssh_run(running, key_, "true", &rc);
+  EXPECT_EQ(rc, 0) << "the container (and its published port) survived the engine restart";
+}
+
+TEST_F(InstancesTest, DOCKER_ROOT_CliSshPinsTheHostKeyAndFailsLoudlyOnAMismatch) {
+  start(1);
+  std::string home = daemon_->dir() + "/xdg";
+  std::map<std::string, std::string> env{{"XDG_CONFIG_HOME", home}, {"HOME", home},
+                                         {"GPUCLOUD_ENDPOINT", daemon_->endpoint()}, {"GPUCLOUD_TOKEN", user_}};
+  auto created = run_cli({"create", "cli-vm", "--gpu", "RTX 4090:1", "--image", "debian-12-base", "--key", "laptop"}, env);
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  auto ok = run_cli({"ssh", "cli-vm", "--identity", key_.private_key, "--", "echo", "via-cli"}, env);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out, "via-cli\n");
+  auto config = run_cli({"ssh-config", "cli-vm"}, env);
+  EXPECT_NE(config.out.find("StrictHostKeyChecking yes"), std::string::npos) << config.out;
+  EXPECT_EQ(config.out.find("StrictHostKeyChecking no"), std::string::npos);
+  // Give the running sshd a new host key behind the platform's back (sshd reloads on SIGHUP,
+  // which docker-init forwards): the key the platform pinned no longer matches.
+  auto instance = daemon_->get("/api/v1/instances/cli-vm", user_).json();
+  ssh_run(instance, key_, "rm -f /etc/ssh/ssh_host_ed25519_key*; ssh-keygen -q -t ed25519 -N \"\" -f /etc/ssh/ssh_host_ed25519_key && kill -HUP 1");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  auto refused = run_cli({"ssh", "cli-vm", "--identity", key_.private_key, "--", "true"}, env);
+  EXPECT_EQ(refused.exit_code, 255) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("IDENTIFICATION HAS CHANGED"), std::string::npos) << refused.err;
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
