@@ -47,4 +47,7 @@ if [[ ${BENCH_SKIP_HTTP:-0} != 1 ]]; then
     status=1
   fi
 fi
+[[ ${BENCH_SKIP_INSTANCES:-0} == 1 ]] || { echo; python3 "$ROOT/bench/instance_latency.py" || { echo "run.sh: instance_latency.py could not measure" >&2; status=1; }; }
+[[ ${BENCH_SKIP_STREAMS:-0} == 1 ]] || { echo; python3 "$ROOT/bench/event_streams.py" || { echo "run.sh: event_streams.py could not measure" >&2; status=1; }; }
+[[ ${BENCH_SKIP_TERMINAL:-0} == 1 ]] || { echo; python3 "$ROOT/bench/terminal_throughput.py" || { echo "run.sh: terminal_throughput.py could not measure" >&2; status=1; }; }
 exit $status
