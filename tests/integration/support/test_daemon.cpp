@@ -150,6 +150,9 @@ TestDaemon::~TestDaemon() {
       if (!c.empty()) docker_api("DELETE", "/containers/" + c + "?force=1");
     docker_api("DELETE", "/networks/gpucloud-" + id);
     shell("nft delete table ip gpucloud-" + id + " 2>/dev/null");
+    // The firewall's one DOCKER-USER rule for this installation's table (see agent/firewall).
+    shell("iptables -D DOCKER-USER -m connmark --mark 0x10000000/0x10000000 -m comment --comment gpucloud:gpucloud-" +
+          id + " -j ACCEPT 2>/dev/null");
   }
   std::error_code ec;
   if (!std::getenv("GPUCLOUD_KEEP_TEST_DIRS")) fs::remove_all(dir_, ec);
