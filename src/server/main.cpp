@@ -38,6 +38,11 @@ Result<config::Config> load(const Flags& flags) {
   if (!cfg) return cfg;
   if (!flags.listen.empty()) cfg->listen = flags.listen;
   if (!flags.data_dir.empty()) cfg->data_dir = flags.data_dir;
+  // Absolute from here on: paths under it are handed to the engine (bind mounts), which
+  // knows nothing of our working directory.
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(cfg->data_dir, ec);
+  if (!ec) cfg->data_dir = absolute.lexically_normal().string();
   if (auto s = config::validate(*cfg); !s) return fail(s.error());
   return cfg;
 }
