@@ -65,9 +65,12 @@ std::string ssh_run(const json::value& instance, const KeyPair& key, const std::
 
 class InstancesTest : public ::testing::Test {
  protected:
-  void start(int gpus) {
+  // Skipping here (not in start()) skips the test body too.
+  void SetUp() override {
     if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine on /var/run/docker.sock and gpucloud/base:bookworm-1";
     if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  }
+  void start(int gpus) {
     daemon_ = std::make_unique<TestDaemon>(DaemonOptions{config_with_gpus(gpus)});
     daemon_->start();
     user_ = daemon_->register_and_login("alice");
