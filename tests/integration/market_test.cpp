@@ -114,10 +114,12 @@ TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
     return daemon_.post("/api/v1/instances", {{"name", name}, {"zone", "zone-a"}, {"gpu_model", "RTX 4090"}, {"gpu_count", gpus}},
                         user_);
   };
-  ASSERT_EQ(create("a", 2).status, 202);
-  // Best fit put the 2 GPUs where they leave the fewest free: node-2 (2 usable) is used up.
-  EXPECT_EQ(free_rtx(), 4);
-  ASSERT_EQ(create("b", 3).status, 202);
+  // Only node-1 has CPU for 3 GPUs (node-2 has 16 cores: enough for 2), so "a" lands there
+  // whatever the tie-breaks; node-1 keeps 1, node-2 still offers 2.
+  ASSERT_EQ(create("a", 3).status, 202);
+  EXPECT_EQ(free_rtx(), 1 + 2);
+  // 2 GPUs fit only on node-2 now, which uses up its CPU.
+  ASSERT_EQ(create("b", 2).status, 202);
   EXPECT_EQ(free_rtx(), 1);
   auto refused = create("c", 2);
   ASSERT_EQ(refused.status, 409) << refused.body;
@@ -136,9 +138,9 @@ TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
       if (g.at("instance").is_string()) ++held;
   EXPECT_EQ(held, 5);
 
-  ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/b", "", user_).status, 202);
-  daemon_.wait_for_state("b", "released", user_);
-  EXPECT_EQ(free_rtx(), 4);
+  ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/a", "", user_).status, 202);
+  daemon_.wait_for_state("a", "released", user_);
+  EXPECT_EQ(free_rtx(), 4);  // node-1 whole again; node-2's 2 remaining GPUs have no CPU
 }
 
 TEST_F(MarketTest, AdminHostsAndPricesAreForTheOperator) {
