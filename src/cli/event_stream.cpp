@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <charconv>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
-#include "cli/version.h"
+#include "cli/http_connection.h"
 
 namespace gpucloud::cli {
 
@@ -116,58 +113,19 @@ void SseParser::set_last_event_id(std::string id) {
 
 // --- the streaming GET --------------------------------------------------------------------
 
-namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
 
 Result<HttpResponse> stream_http(const Endpoint& endpoint, const HttpRequest& request,
                                  const std::function<bool(std::string_view)>& on_data,
                                  std::chrono::milliseconds idle_timeout) {
-  auto unreachable = [&](std::string_view what, const boost::system::error_code& ec) {
-    std::string reason =
-        ec == beast::error::timeout
-            ? fmt::format("nothing received for {} s", idle_timeout.count() / 1000.0)
-            : ec.message();
-    return fail(ErrorCode::unavailable,
-                fmt::format("cannot {} gpucloud at {}: {}", what, endpoint.url, reason));
-  };
-  http::verb verb = http::string_to_verb(request.method);
-  if (verb == http::verb::unknown) {
-    return fail(ErrorCode::internal, "unknown HTTP method " + request.method);
-  }
-
-  asio::io_context ioc;
-  tcp::resolver resolver(ioc);
-  beast::tcp_stream stream(ioc);
+  HttpConnection conn(endpoint, fmt::format("nothing received for {} s", idle_timeout.count() / 1000.0));
+  if (auto c = conn.connect(idle_timeout); !c) return fail(c.error());
+  HttpRequest with_headers = request;
+  with_headers.headers.emplace_back("Cache-Control", "no-cache");
+  if (auto w = conn.send(with_headers, "text/event-stream", idle_timeout); !w) return fail(w.error());
+  auto& stream = conn.stream();
   boost::system::error_code ec;
-  auto results = resolver.resolve(endpoint.host, endpoint.port, ec);
-  if (ec) return unreachable("resolve", ec);
-  auto run = [&] {
-    ioc.restart();
-    ioc.run();
-  };
-
-  stream.expires_after(std::min<std::chrono::milliseconds>(idle_timeout, std::chrono::seconds(10)));
-  stream.async_connect(results, [&](const boost::system::error_code& e, const tcp::endpoint&) {
-    ec = e;
-  });
-  run();
-  if (ec) return unreachable("connect to", ec);
-
-  http::request<http::string_body> req{verb, request.target, 11};
-  req.set(http::field::host, endpoint.host_header);
-  req.set(http::field::user_agent, "gpucloud-cli/" GPUCLOUD_CLI_VERSION);
-  req.set(http::field::accept, "text/event-stream");
-  req.set(http::field::cache_control, "no-cache");
-  for (const auto& [name, value] : request.headers) req.set(name, value);
-  req.body() = request.body;
-  req.prepare_payload();
-
-  stream.expires_after(idle_timeout);
-  http::async_write(stream, req, [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-  run();
-  if (ec) return unreachable("send a request to", ec);
 
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
@@ -175,8 +133,8 @@ Result<HttpResponse> stream_http(const Endpoint& endpoint, const HttpRequest& re
   stream.expires_after(idle_timeout);
   http::async_read_header(stream, buffer, parser,
                           [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-  run();
-  if (ec) return unreachable("read the answer of", ec);
+  conn.run();
+  if (ec) return fail(conn.unreachable("read the answer of", ec));
 
   HttpResponse out;
   {
@@ -195,7 +153,7 @@ Result<HttpResponse> stream_http(const Endpoint& endpoint, const HttpRequest& re
     stream.expires_after(idle_timeout);
     http::async_read_some(stream, buffer, parser,
                           [&](const boost::system::error_code& e, std::size_t) { ec = e; });
-    run();
+    conn.run();
     if (ec == http::error::need_buffer) ec = {};
     const std::size_t n = sizeof(chunk) - parser.get().body().size;
     if (n > 0) {
@@ -217,8 +175,7 @@ Result<HttpResponse> stream_http(const Endpoint& endpoint, const HttpRequest& re
       break;  // an error answer cut short: what came is enough to report it
     }
   }
-  boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  conn.shutdown();
   return out;
 }
 

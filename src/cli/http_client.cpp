@@ -1,23 +1,18 @@
 #include "cli/http_client.h"
-#include "cli/version.h"
+#include "cli/http_connection.h"
 
 #include <algorithm>
 #include <cctype>
 #include <optional>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
 namespace gpucloud::cli {
 
-namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
-using tcp = asio::ip::tcp;
 
 std::string_view HttpRequest::header(std::string_view name) const {
   for (const auto& [key, value] : headers) {
@@ -104,57 +99,11 @@ class BeastTransport final : public HttpTransport {
 
   Result<HttpResponse> send(const HttpRequest& request) override {
     auto timeout = request.timeout.count() > 0 ? request.timeout : timeout_;
-    auto unreachable = [&](std::string_view what, const boost::system::error_code& ec) {
-      std::string reason = ec == beast::error::timeout
-                               ? fmt::format("no answer within {} s", timeout.count() / 1000.0)
-                               : ec.message();
-      return fail(ErrorCode::unavailable,
-                  fmt::format("cannot {} gpucloud at {}: {}", what, endpoint_.url, reason));
-    };
-
-    http::verb verb = http::string_to_verb(request.method);
-    if (verb == http::verb::unknown) {
-      return fail(ErrorCode::internal, "unknown HTTP method " + request.method);
-    }
-
-    asio::io_context ioc;
-    tcp::resolver resolver(ioc);
-    beast::tcp_stream stream(ioc);
+    HttpConnection conn(endpoint_, fmt::format("no answer within {} s", timeout.count() / 1000.0));
+    if (auto c = conn.connect(timeout); !c) return fail(c.error());
+    if (auto w = conn.send(request, "application/json, application/problem+json", timeout); !w) return fail(w.error());
+    auto& stream = conn.stream();
     boost::system::error_code ec;
-
-    auto results = resolver.resolve(endpoint_.host, endpoint_.port, ec);
-    if (ec) return unreachable("resolve", ec);
-
-    // Beast's timeouts apply to asynchronous operations; run each one to completion.
-    auto run = [&] {
-      ioc.restart();
-      ioc.run();
-    };
-    stream.expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
-    stream.async_connect(results, [&](const boost::system::error_code& e, const tcp::endpoint&) {
-      ec = e;
-    });
-    run();
-    if (ec) return unreachable("connect to", ec);
-
-    http::request<http::string_body> req{verb, request.target, 11};
-    req.set(http::field::host, endpoint_.host_header);
-    req.set(http::field::user_agent, "gpucloud-cli/" GPUCLOUD_CLI_VERSION);
-    req.set(http::field::accept, "application/json, application/problem+json");
-    req.set(http::field::connection, "close");
-    for (const auto& [name, value] : request.headers) req.set(name, value);
-    if (!request.body.empty() && request.header("Content-Type").empty()) {
-      req.set(http::field::content_type, "application/json");
-    }
-    req.body() = request.body;
-    req.prepare_payload();
-
-    stream.expires_after(timeout);
-    http::async_write(stream, req, [&](const boost::system::error_code& e, std::size_t) {
-      ec = e;
-    });
-    run();
-    if (ec) return unreachable("send a request to", ec);
 
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
@@ -163,8 +112,8 @@ class BeastTransport final : public HttpTransport {
     http::async_read(stream, buffer, parser, [&](const boost::system::error_code& e, std::size_t) {
       ec = e;
     });
-    run();
-    if (ec) return unreachable("read the answer of", ec);
+    conn.run();
+    if (ec) return fail(conn.unreachable("read the answer of", ec));
 
     auto& res = parser.get();
     HttpResponse out;
@@ -172,8 +121,7 @@ class BeastTransport final : public HttpTransport {
     out.content_type = std::string(res[http::field::content_type]);
     out.retry_after = std::string(res[http::field::retry_after]);
     out.body = std::move(res.body());
-    boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    conn.shutdown();
     return out;
   }
 
