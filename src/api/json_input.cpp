@@ -1,5 +1,7 @@
 #include "api/json_input.h"
 
+#include <algorithm>
+
 #include <boost/json.hpp>
 
 namespace gpucloud::api {
@@ -50,6 +52,14 @@ Result<std::optional<bool>> optional_bool(const json::object& o, std::string_vie
   if (it == o.end() || it->value().is_null()) return std::optional<bool>{};
   if (!it->value().is_bool()) return fail(ErrorCode::invalid_argument, std::string(field) + ": must be true or false");
   return std::optional<bool>{it->value().as_bool()};
+}
+
+Status only_fields(const json::object& o, std::initializer_list<std::string_view> known, std::string_view prefix) {
+  for (const auto& member : o) {
+    if (std::find(known.begin(), known.end(), std::string_view(member.key())) == known.end())
+      return fail(ErrorCode::invalid_argument, std::string(prefix) + std::string(member.key()) + ": not a field of this request");
+  }
+  return ok();
 }
 
 }  // namespace gpucloud::api

@@ -1,6 +1,7 @@
 #pragma once
 // Reading request bodies: every refusal names the field, as api.md asks.
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,5 +20,9 @@ Result<std::optional<std::string>> optional_string(const boost::json::object& o,
 Result<std::int64_t> required_int(const boost::json::object& o, std::string_view field);
 Result<std::optional<std::int64_t>> optional_int(const boost::json::object& o, std::string_view field);
 Result<std::optional<bool>> optional_bool(const boost::json::object& o, std::string_view field);
+
+// Refuses a member not in `known` ("bogus: not a field of this request"): a typo must not
+// pass for an accepted change.
+Status only_fields(const boost::json::object& o, std::initializer_list<std::string_view> known, std::string_view prefix = "");
 
 }  // namespace gpucloud::api

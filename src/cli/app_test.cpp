@@ -569,9 +569,33 @@ TEST_F(CliAppTest, AdminPricesSetSendsTheFile) {
   EXPECT_EQ(run({"admin", "prices", "--set", (dir_ / "prices.json").string()}), 0) << err_.str();
   EXPECT_EQ(body_of(last()), json::parse(R"({"gpus":{"RTX 4090":{"hour":198}}})"));
   EXPECT_EQ(run({"admin", "prices", "--set", (dir_ / "bad.json").string()}), 2);
-  server_.on("GET", "/api/v1/admin/prices", 200, R"({"no_gpu_hour":10})");
-  EXPECT_EQ(run({"admin", "prices"}), 0);
-  EXPECT_NE(out_.str().find("\"no_gpu_hour\": 10"), std::string::npos) << out_.str();
+}
+
+TEST_F(CliAppTest, AdminPricesShowsATableInYuan) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  const char* table = R"({"currency":"CNY","gpus":[{"gpu_model":"RTX 4090","price_per_gpu_hour":198,
+      "price_per_gpu_week":26600,"price_per_gpu_month":99800}],"no_gpu_price_per_hour":10,"system_disk_free_gib":30,
+      "data_disk_per_gib_hour_micros":13889})";
+  server_.on("GET", "/api/v1/admin/prices", 200, table);
+  EXPECT_EQ(run({"admin", "prices"}), 0) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_NE(out.find("GPU MODEL"), std::string::npos) << out;
+  EXPECT_NE(out.find("RTX 4090"), std::string::npos) << out;
+  EXPECT_NE(out.find("¥1.98"), std::string::npos) << out;
+  EXPECT_NE(out.find("¥266.00"), std::string::npos) << out;
+  EXPECT_NE(out.find("No-GPU instances: ¥0.10/hour"), std::string::npos) << out;
+  EXPECT_NE(out.find("Data disks: ¥0.00013889/GiB-hour"), std::string::npos) << out;
+  out_.str("");
+  server_.on("GET", "/api/v1/admin/prices", 200, table);
+  EXPECT_EQ(run({"admin", "prices", "--json"}), 0);
+  EXPECT_EQ(json::parse(out_.str()), json::parse(table));
+}
+
+TEST_F(CliAppTest, CreateWithoutAnImageLeavesTheChoiceToTheServer) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, kRunning);
+  EXPECT_EQ(run({"create", "train-1", "--gpu", "RTX 4090:1", "--no-wait"}), 0) << err_.str();
+  EXPECT_EQ(body_of(server_.requests.front()), json::parse(R"({"name":"train-1","gpu_model":"RTX 4090","gpu_count":1})"));
 }
 
 TEST_F(CliAppTest, AdminClockAdvance) {

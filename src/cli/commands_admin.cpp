@@ -157,6 +157,30 @@ Outcome do_credit(Context& ctx, const AdminArgs& a) {
   return {};
 }
 
+std::string render_prices(const json::value& prices) {
+  const std::string currency = currency_of(prices);
+  Table table({"GPU MODEL", "PER GPU-HOUR", "PER GPU-WEEK", "PER GPU-MONTH"});
+  if (const auto* gpus = prices.as_object().if_contains("gpus"); gpus && gpus->is_array()) {
+    for (const auto& g : gpus->as_array()) {
+      auto money = [&](const char* field) {
+        auto v = integer(g, field);
+        return v ? format_money(*v, currency) : std::string("-");
+      };
+      table.add_row({text(g, "gpu_model"), money("price_per_gpu_hour"), money("price_per_gpu_week"), money("price_per_gpu_month")});
+    }
+  }
+  std::string out = table.render();
+  if (auto v = integer(prices, "no_gpu_price_per_hour")) out += fmt::format("No-GPU instances: {}/hour\n", format_money(*v, currency));
+  if (auto v = integer(prices, "system_disk_free_gib")) out += fmt::format("System disk: {} GiB free per instance\n", *v);
+  for (auto [field, label] : {std::pair{"system_disk_per_gib_hour_micros", "System disk beyond the free part"},
+                              std::pair{"data_disk_per_gib_hour_micros", "Data disks"},
+                              std::pair{"snapshot_per_gib_hour_micros", "Snapshots"},
+                              std::pair{"image_per_gib_hour_micros", "Custom images"}}) {
+    if (auto v = integer(prices, field)) out += fmt::format("{}: {}/GiB-hour\n", label, format_money_micros(*v, currency));
+  }
+  return out;
+}
+
 Outcome do_prices(Context& ctx, const AdminArgs& a) {
   std::optional<json::value> table;
   if (!a.prices_file.empty()) {
@@ -174,7 +198,7 @@ Outcome do_prices(Context& ctx, const AdminArgs& a) {
                                  : (*api)->get("/admin/prices")));
   ctx.print(*prices, [&] {
     if (table) ctx.out() << "Prices updated; they apply from each instance's next start.\n";
-    if (!prices->is_null()) ctx.out() << pretty_json(*prices) << "\n";
+    if (prices->is_object()) ctx.out() << render_prices(*prices);
   });
   return {};
 }

@@ -76,7 +76,7 @@ void add_instance_flags(CLI::App& cmd, InstanceArgs& a, bool for_create) {
   auto* gpu = cmd.add_option("--gpu", a.gpu, "GPU model and count, e.g. \"RTX 4090:1\"");
   auto* no_gpu = cmd.add_flag("--no-gpu", a.no_gpu, "no GPU (cheap CPU-only size, for data work)");
   gpu->excludes(no_gpu);
-  cmd.add_option("--image", a.image, "image name or id (see `gpucloud images`)")->required();
+  cmd.add_option("--image", a.image, "image name or id (see `gpucloud images`; default: the base image)");
   cmd.add_option("--zone", a.zone, "zone (default: the platform picks)");
   cmd.add_option("--system-disk", a.system_disk, "system disk size in GiB (default 30)");
   cmd.add_option("--port", a.ports,
@@ -118,8 +118,7 @@ Expected<json::object> build_instance_body(const InstanceArgs& a,
     body["gpu_count"] = spec->count;
   }
 
-  if (a.image.empty()) return usage_error("--image is required");
-  body["image"] = a.image;
+  if (!a.image.empty()) body["image"] = a.image;  // else the server's base image
   if (!a.zone.empty()) body["zone"] = a.zone;
 
   if (!a.system_disk.empty()) {

@@ -118,9 +118,6 @@ TEST(CliInstanceBody, BadValuesAreUsageErrors) {
   a.no_gpu = true;
   expect_usage(a, "both --gpu and --no-gpu");
   a = base();
-  a.image.clear();
-  expect_usage(a, "no image");
-  a = base();
   a.system_disk = "30G";
   expect_usage(a, "system disk with unit");
   a = base();

@@ -55,4 +55,16 @@ std::string format_money(std::int64_t minor_units, std::string_view currency) {
   return fmt::format("{} {}{}", currency, negative ? "-" : "", number);
 }
 
+std::string format_money_micros(std::int64_t micro_minor_units, std::string_view currency) {
+  const bool negative = micro_minor_units < 0;
+  std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(micro_minor_units)
+                                     : static_cast<std::uint64_t>(micro_minor_units);
+  constexpr std::uint64_t kPerMain = 100'000'000;  // 100 minor units × 1,000,000
+  std::string decimals = fmt::format("{:08}", magnitude % kPerMain);
+  while (decimals.size() > 2 && decimals.back() == '0') decimals.pop_back();
+  std::string number = fmt::format("{}.{}", magnitude / kPerMain, decimals);
+  if (currency.empty() || currency == "CNY") return (negative ? "-¥" : "¥") + number;
+  return fmt::format("{} {}{}", currency, negative ? "-" : "", number);
+}
+
 }  // namespace gpucloud::cli

@@ -16,4 +16,8 @@ Result<std::int64_t> parse_money(std::string_view text);
 // 1234 CNY → "¥12.34", -500 CNY → "-¥5.00", 1234 USD → "USD 12.34", -5 USD → "USD -0.05".
 std::string format_money(std::int64_t minor_units, std::string_view currency = "CNY");
 
+// Storage prices are millionths of the smallest unit: 13889 CNY → "¥0.00013889" (at least
+// two decimals, trailing zeros dropped).
+std::string format_money_micros(std::int64_t micro_minor_units, std::string_view currency = "CNY");
+
 }  // namespace gpucloud::cli

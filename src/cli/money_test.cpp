@@ -45,6 +45,15 @@ TEST(CliMoney, FormatsYuanWithTwoDecimals) {
   EXPECT_EQ(format_money(100000000), "¥1000000.00");
 }
 
+TEST(CliMoney, FormatsMillionthsOfTheSmallestUnit) {
+  EXPECT_EQ(format_money_micros(13889), "¥0.00013889");
+  EXPECT_EQ(format_money_micros(100'000'000), "¥1.00");
+  EXPECT_EQ(format_money_micros(150'000'000), "¥1.50");
+  EXPECT_EQ(format_money_micros(0), "¥0.00");
+  EXPECT_EQ(format_money_micros(-1), "-¥0.00000001");
+  EXPECT_EQ(format_money_micros(1'234'560, "USD"), "USD 0.0123456");
+}
+
 TEST(CliMoney, FormatsOtherCurrenciesByCode) {
   EXPECT_EQ(format_money(1234, "USD"), "USD 12.34");
   EXPECT_EQ(format_money(-5, "EUR"), "EUR -0.05");

@@ -125,7 +125,10 @@ Result<std::optional<Instance>> load_instance(store::Database& db, const std::st
 }
 
 Result<Instance> find_owned_instance(store::Database& db, const std::string& owner, const std::string& id_or_name) {
-  auto many = load_many(db, std::string(kColumns) + "WHERE i.owner = ? AND i.state != 'released' AND (i.id = ? OR i.name = ?)",
+  // A live instance by id or name first; then a released one, so that a client polling a
+  // release sees `released` (its name may since have been taken by a live instance).
+  auto many = load_many(db, std::string(kColumns) + "WHERE i.owner = ? AND (i.id = ? OR i.name = ?) "
+                        "ORDER BY i.state = 'released', i.created_at DESC LIMIT 1",
                         {owner, id_or_name, id_or_name});
   if (!many) return fail(many.error());
   if (many->empty()) return fail(ErrorCode::not_found, "instance " + id_or_name + " not found");
@@ -158,10 +161,10 @@ Status compare_and_set_state(store::Database& db, const std::string& id, const s
 Status update_instance_fields(store::Database& db, const Instance& i) {
   return db.run(
       "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
-      "memory_gib = ?, no_gpu = ?, ssh_keys = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, container_id = ?, "
+      "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, container_id = ?, "
       "cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ? WHERE id = ?",
       {i.name, i.state, i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib, i.no_gpu,
-       keys_text(i.ssh_keys), i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds,
+       keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds,
        i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.id});
 }
 

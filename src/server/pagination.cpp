@@ -30,4 +30,13 @@ Result<PageRequest> parse_page_request(const Request& request) {
   return page;
 }
 
+boost::json::object page_in_order(const boost::json::array& items, const PageRequest& page) {
+  std::vector<std::int64_t> positions(items.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<std::int64_t>(i);
+  // Descending keys, as page_of wants: position 0 is the "newest".
+  auto key = [](std::int64_t pos) { return std::make_pair(-pos, std::string("p")); };
+  auto to_json = [&items](std::int64_t pos) { return items[static_cast<std::size_t>(pos)]; };
+  return page_of(positions, page, key, to_json);
+}
+
 }  // namespace gpucloud::server

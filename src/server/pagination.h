@@ -45,4 +45,8 @@ boost::json::object page_of(const std::vector<T>& items, const PageRequest& page
   return doc;
 }
 
+// Lists in a fixed order of their own (zones, offers, hosts as configured): the position
+// is the key, so the same `limit` and `cursor` work on them.
+boost::json::object page_in_order(const boost::json::array& items, const PageRequest& page);
+
 }  // namespace gpucloud::server

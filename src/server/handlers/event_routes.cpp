@@ -4,6 +4,7 @@
 
 #include <boost/asio.hpp>
 
+#include "core/ids.h"
 #include "events/events.h"
 #include "server/app.h"
 
@@ -13,9 +14,31 @@ namespace json = boost::json;
 
 namespace {
 
-struct EventQuery {
-  events::Query query;
-};
+// `resource` may be a name (api.md: a name is accepted wherever an id is). The caller's
+// live instance, SSH key or image of that name wins; else their latest released instance.
+Result<std::string> resolve_resource(store::Database& db, const std::optional<std::string>& user, const std::string& resource) {
+  if (!is_valid_resource_name(resource)) return resource;  // an id (or nothing we name)
+  auto row = db.one(
+      "SELECT id FROM ("
+      " SELECT id, 0 AS rank, created_at FROM instances WHERE name = ? AND state != 'released' AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 1, created_at FROM ssh_keys WHERE name = ? AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 2, created_at FROM images WHERE name = ? AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 3, created_at FROM instances WHERE name = ? AND state = 'released' AND (? IS NULL OR owner = ?)"
+      ") ORDER BY rank, created_at DESC LIMIT 1",
+      {resource, user, user, resource, user, user, resource, user, user, resource, user, user});
+  if (!row) return tl::unexpected(row.error());
+  return *row ? (*row)->text(0) : resource;
+}
+
+// Names in `resource` become ids, in a store read (off the loop).
+asio::awaitable<Result<events::Query>> resolve_names(App& app, events::Query q) {
+  if (!q.resource) co_return q;
+  auto read = [user = q.user, resource = *q.resource](store::Database& db) { return resolve_resource(db, user, resource); };
+  auto id = co_await app.store().read(std::move(read));
+  if (!id) co_return tl::unexpected(id.error());
+  q.resource = *id;
+  co_return q;
+}
 
 Result<events::Query> parse_query(RequestContext& ctx, std::string_view last_event_id) {
   events::Query q;
@@ -43,7 +66,9 @@ Result<events::Query> parse_query(RequestContext& ctx, std::string_view last_eve
 }
 
 asio::awaitable<Result<Response>> list_events(RequestContext& ctx) {
-  auto q = parse_query(ctx, "");
+  auto parsed = parse_query(ctx, "");
+  if (!parsed) co_return tl::unexpected(parsed.error());
+  auto q = co_await resolve_names(ctx.app, *parsed);
   if (!q) co_return tl::unexpected(q.error());
   auto read = [q = *q](store::Database& db) { return events::list(db, q); };
   auto found = co_await ctx.app.store().read(std::move(read));
@@ -92,7 +117,9 @@ asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink) 
 }
 
 asio::awaitable<Result<Response>> stream_events(RequestContext& ctx) {
-  auto q = parse_query(ctx, ctx.request.header("last-event-id"));
+  auto parsed = parse_query(ctx, ctx.request.header("last-event-id"));
+  if (!parsed) co_return tl::unexpected(parsed.error());
+  auto q = co_await resolve_names(ctx.app, *parsed);
   if (!q) co_return tl::unexpected(q.error());
   q->limit = 500;
   Response r{200, "text/event-stream", "", {{"X-Accel-Buffering", "no"}}, {}};

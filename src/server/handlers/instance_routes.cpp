@@ -6,6 +6,7 @@
 
 #include "api/json_input.h"
 #include "core/ids.h"
+#include "core/time_format.h"
 #include "instances/fault_points.h"
 #include "instances/images.h"
 #include "instances/password_hash.h"
@@ -52,6 +53,46 @@ Result<std::vector<int>> parse_ports(const json::object& body) {
   }
   if (ports.size() > kMaxPorts) return fail(ErrorCode::invalid_argument, "ports: at most 10 ports");
   return ports;
+}
+
+// Parts of the contract whose machinery comes with later work (security groups, idle
+// autostop, scheduled stop and release): checked for shape, then refused with a reason rather
+// than accepted and silently ignored.
+Status check_not_yet_available(const json::object& body) {
+  auto sg = api::optional_string(body, "security_group");
+  if (!sg) return tl::unexpected(sg.error());
+  if (*sg && **sg != "default")
+    return fail(ErrorCode::invalid_argument, "security_group: no security group \"" + **sg +
+                                                 "\" (this installation has only \"default\", and opens every declared port)");
+  if (auto it = body.find("autostop"); it != body.end() && !it->value().is_null()) {
+    if (!it->value().is_object())
+      return fail(ErrorCode::invalid_argument, "autostop: must be an object {idle_minutes, gpu_util_below_percent}");
+    const auto& a = it->value().as_object();
+    if (auto s = api::only_fields(a, {"idle_minutes", "gpu_util_below_percent"}, "autostop."); !s) return s;
+    auto idle = api::optional_int(a, "idle_minutes");
+    if (!idle) return fail(ErrorCode::invalid_argument, "autostop." + idle.error().detail);
+    if (*idle && (**idle < 1 || **idle > 10080)) return fail(ErrorCode::invalid_argument, "autostop.idle_minutes: must be from 1 to 10080");
+    auto util = api::optional_int(a, "gpu_util_below_percent");
+    if (!util) return fail(ErrorCode::invalid_argument, "autostop." + util.error().detail);
+    if (*util && (**util < 0 || **util > 100))
+      return fail(ErrorCode::invalid_argument, "autostop.gpu_util_below_percent: must be from 0 to 100");
+    return fail(ErrorCode::invalid_argument, "autostop: idle autostop is not available on this installation yet");
+  }
+  auto stop_at = api::optional_string(body, "stop_at");
+  if (!stop_at) return tl::unexpected(stop_at.error());
+  if (*stop_at) {
+    if (!parse_rfc3339(**stop_at)) return fail(ErrorCode::invalid_argument, "stop_at: must be an RFC 3339 time");
+    return fail(ErrorCode::invalid_argument, "stop_at: scheduled stops are not available on this installation yet");
+  }
+  auto days = api::optional_int(body, "release_after_stopped_days");
+  if (!days) return tl::unexpected(days.error());
+  if (*days) {
+    if (**days < 1 || **days > 3650)
+      return fail(ErrorCode::invalid_argument, "release_after_stopped_days: must be from 1 to 3650");
+    return fail(ErrorCode::invalid_argument,
+                "release_after_stopped_days: automatic release is not available on this installation yet");
+  }
+  return ok();
 }
 
 // Everything that can be checked without the store; the password is hashed off the loop later.
@@ -120,8 +161,7 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
   }
   if (auto disks = body.find("data_disks"); disks != body.end() && disks->value().is_array() && !disks->value().as_array().empty())
     return fail(ErrorCode::invalid_argument, "data_disks: data disks are not available on this installation yet");
-  if (auto sg = api::optional_string(body, "security_group"); !sg)
-    return tl::unexpected(sg.error());
+  if (auto s = check_not_yet_available(body); !s) return tl::unexpected(s.error());
   return std::make_pair(std::move(s), *password);
 }
 
@@ -142,7 +182,7 @@ Result<Instance> caller_instance(store::Database& db, const auth::Principal& cal
   if (own || !caller.user.is_admin() || own.error().code != ErrorCode::not_found) return own;
   auto any = instances::load_instance(db, id_or_name);
   if (!any) return tl::unexpected(any.error());
-  if (!*any || (*any)->state == "released") return own;
+  if (!*any) return own;
   return std::move(**any);
 }
 
@@ -225,17 +265,23 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
   co_return response;
 }
 
-asio::awaitable<Result<Response>> list(RequestContext& ctx) {
+asio::awaitable<Result<Response>> list_for(RequestContext& ctx, bool everyone) {
   auto page = parse_page_request(ctx.request);
   if (!page) co_return tl::unexpected(page.error());
   auto query = ctx.request.query();
   std::optional<std::string> owner = ctx.caller().user.id;
   if (query["all"] == "true") {
     if (!ctx.caller().user.is_admin()) co_return fail(ErrorCode::forbidden, "all=true is for the operator");
-    owner.reset();
+    everyone = true;
   }
+  if (everyone) owner.reset();
   std::optional<std::string> state;
-  if (!query["state"].empty()) state = query["state"];
+  if (!query["state"].empty()) {
+    static const std::set<std::string> kStates{"creating", "running", "stopping", "stopped", "starting", "releasing", "released", "error"};
+    if (!kStates.contains(query["state"]))
+      co_return fail(ErrorCode::invalid_argument, "state: must be one of creating, running, stopping, stopped, starting, releasing, released, error");
+    state = query["state"];
+  }
   auto read = [owner, state](store::Database& db) { return instances::list_instances(db, owner, state); };
   auto all = co_await ctx.app.store().read(std::move(read));
   if (!all) co_return tl::unexpected(all.error());
@@ -244,6 +290,9 @@ asio::awaitable<Result<Response>> list(RequestContext& ctx) {
   auto to_json = [&svc](const Instance& i) { return instances::instance_json(i, svc.view(), svc.run_seconds_now(i)); };
   co_return json_response(200, page_of(*all, *page, key, to_json));
 }
+
+asio::awaitable<Result<Response>> list(RequestContext& ctx) { co_return co_await list_for(ctx, false); }
+asio::awaitable<Result<Response>> list_all(RequestContext& ctx) { co_return co_await list_for(ctx, true); }
 
 asio::awaitable<Result<Response>> get(RequestContext& ctx) {
   auto read = [caller = ctx.caller(), id = ctx.param("id")](store::Database& db) { return caller_instance(db, caller, id); };
@@ -279,7 +328,9 @@ asio::awaitable<Result<Response>> act(RequestContext& ctx, Step step) {
 
 asio::awaitable<Result<Response>> stop(RequestContext& ctx) {
   auto step = [](store::Database& db, Instance& i) -> Status {
-    if (i.state == "stopping" && i.state_reason != "restart") return ok();
+    // A stop while stopping answers 202; during a restart it also cancels the start that follows.
+    if (i.state == "stopping")
+      return i.state_reason == "restart" ? instances::compare_and_set_state(db, i.id, {"stopping"}, "stopping", "") : ok();
     if (i.state != "running") return fail(ErrorCode::conflict, "the instance is " + i.state + "; only a running instance can stop");
     return instances::compare_and_set_state(db, i.id, {"running"}, "stopping", "");
   };
@@ -335,7 +386,7 @@ asio::awaitable<Result<Response>> start(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> release(RequestContext& ctx) {
   auto step = [](store::Database& db, Instance& i) -> Status {
-    if (i.state == "releasing") return ok();
+    if (i.state == "releasing" || i.state == "released") return ok();  // a repeat
     return instances::compare_and_set_state(db, i.id, {"creating", "running", "stopping", "stopped", "starting", "error"},
                                             "releasing", "");
   };
@@ -345,6 +396,20 @@ asio::awaitable<Result<Response>> release(RequestContext& ctx) {
 asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   auto body = api::parse_object(ctx.request.body);
   if (!body) co_return tl::unexpected(body.error());
+  // Everything is checked before anything changes: no half-applied PATCH.
+  if (auto s = api::only_fields(*body, {"name", "ports", "security_group", "autostop", "billing", "stop_at",
+                                        "release_after_stopped_days"});
+      !s)
+    co_return tl::unexpected(s.error());
+  if (auto s = check_not_yet_available(*body); !s) co_return tl::unexpected(s.error());
+  std::optional<bool> auto_renew;
+  if (auto it = body->find("billing"); it != body->end() && !it->value().is_null()) {
+    if (!it->value().is_object()) co_return fail(ErrorCode::invalid_argument, "billing: must be an object {auto_renew}");
+    if (auto s = api::only_fields(it->value().as_object(), {"auto_renew"}, "billing."); !s) co_return tl::unexpected(s.error());
+    auto renew = api::optional_bool(it->value().as_object(), "auto_renew");
+    if (!renew) co_return fail(ErrorCode::invalid_argument, "billing." + renew.error().detail);
+    auto_renew = *renew;
+  }
   auto name = api::optional_string(*body, "name");
   if (!name) co_return tl::unexpected(name.error());
   if (*name && !is_valid_resource_name(**name))
@@ -356,15 +421,19 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
     ports = *p;
   }
   App& app = ctx.app;
-  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), name = *name, ports](store::Database& db) -> Result<Response> {
+  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), name = *name, ports, auto_renew](store::Database& db) -> Result<Response> {
     auto i = caller_instance(db, caller, id);
     if (!i) return tl::unexpected(i.error());
-    if (i->state == "releasing") return fail(ErrorCode::conflict, "the instance is releasing");
+    if (i->state == "releasing" || i->state == "released") return fail(ErrorCode::conflict, "the instance is " + i->state);
     if (name && *name != i->name) {
       auto taken = db.one("SELECT 1 FROM instances WHERE owner = ? AND name = ? AND state != 'released'", {i->owner, *name});
       if (!taken) return tl::unexpected(taken.error());
       if (*taken) return fail(ErrorCode::conflict, "you already have an instance named " + *name);
       i->name = *name;
+      if (auto s = instances::update_instance_fields(db, *i); !s) return tl::unexpected(s.error());
+    }
+    if (auto_renew && *auto_renew != i->auto_renew) {
+      i->auto_renew = *auto_renew;
       if (auto s = instances::update_instance_fields(db, *i); !s) return tl::unexpected(s.error());
     }
     if (ports && i->host_id) {
@@ -398,6 +467,7 @@ void register_instance_routes(App& app) {
   auto& r = app.router();
   r.add("POST", "/api/v1/instances", Access::user, "instances", "Create an instance (202; follow its state)", create_instance);
   r.add("GET", "/api/v1/instances", Access::user, "instances", "List own instances (?state=, operator: ?all=true)", list);
+  r.add("GET", "/api/v1/admin/instances", Access::admin, "admin", "Every user's instances (?state=)", list_all);
   r.add("GET", "/api/v1/instances/{id}", Access::user, "instances", "An instance", get);
   r.add("PATCH", "/api/v1/instances/{id}", Access::user, "instances", "Rename, change ports", patch);
   r.add("DELETE", "/api/v1/instances/{id}", Access::user, "instances", "Release: delete the instance and its system disk", release);

@@ -4,6 +4,7 @@
 #include "market/offers.h"
 #include "market/prices.h"
 #include "server/app.h"
+#include "server/pagination.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -11,13 +12,17 @@ namespace json = boost::json;
 
 namespace {
 
-json::object list_of(json::array items) { return json::object{{"items", std::move(items)}, {"next_cursor", nullptr}}; }
+Result<Response> list_response(const RequestContext& ctx, const json::array& items) {
+  auto page = parse_page_request(ctx.request);
+  if (!page) return tl::unexpected(page.error());
+  return json_response(200, page_in_order(items, *page));
+}
 
 asio::awaitable<Result<Response>> zones(RequestContext& ctx) {
   json::array items;
   for (const auto& z : ctx.app.config().zones)
     items.push_back(json::object{{"name", z.name}, {"region", z.region}, {"description", z.description}});
-  co_return json_response(200, list_of(std::move(items)));
+  co_return list_response(ctx, items);
 }
 
 struct MarketSnapshot {
@@ -35,7 +40,7 @@ asio::awaitable<Result<Response>> market_list(RequestContext& ctx) {
   };
   auto snapshot = co_await ctx.app.store().read(std::move(read));
   if (!snapshot) co_return tl::unexpected(snapshot.error());
-  co_return json_response(200, list_of(market::market_offers(ctx.app.config(), snapshot->hosts, snapshot->prices)));
+  co_return list_response(ctx, market::market_offers(ctx.app.config(), snapshot->hosts, snapshot->prices));
 }
 
 json::object host_json(const market::HostRecord& h) {
@@ -83,7 +88,7 @@ asio::awaitable<Result<Response>> admin_hosts(RequestContext& ctx) {
   if (!hosts) co_return tl::unexpected(hosts.error());
   json::array items;
   for (const auto& h : *hosts) items.push_back(host_json(h));
-  co_return json_response(200, list_of(std::move(items)));
+  co_return list_response(ctx, items);
 }
 
 asio::awaitable<Result<Response>> get_prices(RequestContext& ctx) {

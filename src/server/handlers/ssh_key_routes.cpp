@@ -30,8 +30,8 @@ asio::awaitable<Result<Response>> add_key(RequestContext& ctx) {
   if (!text) co_return tl::unexpected(text.error());
   auto parsed = instances::parse_public_key(*text);
   if (!parsed) co_return tl::unexpected(parsed.error());
-  auto effect = [owner = ctx.caller().user.id, name = *name, key = *parsed](store::Database& db) -> Result<Response> {
-    auto k = instances::add_ssh_key(db, owner, name, key, system_now());
+  auto effect = [owner = ctx.caller().user.id, name = *name, key = *parsed, now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
+    auto k = instances::add_ssh_key(db, owner, name, key, now);
     if (!k) return tl::unexpected(k.error());
     return json_response(201, key_json(*k));
   };

@@ -16,8 +16,9 @@ asio::awaitable<Result<Response>> create_token(RequestContext& ctx) {
   auto name = api::required_string(*body, "name");
   if (!name) co_return tl::unexpected(name.error());
   if (name->empty() || name->size() > 100) co_return fail(ErrorCode::invalid_argument, "name: must be 1-100 characters");
-  auto effect = [user = ctx.caller().user.id, name = *name](store::Database& db) -> Result<Response> {
-    auto token = auth::issue_token(db, user, "api", name, system_now(), std::nullopt);
+  // Resources are stamped with the platform clock (sessions expire by the machine's clock).
+  auto effect = [user = ctx.caller().user.id, name = *name, now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
+    auto token = auth::issue_token(db, user, "api", name, now, std::nullopt);
     if (!token) return tl::unexpected(token.error());
     json::object o = api::token_json(token->info);
     o["token"] = token->secret;

@@ -115,7 +115,6 @@ boost::json::value TestDaemon::wait_for_state(const std::string& name, const std
     auto r = get("/api/v1/instances/" + name, token);
     last = r.json();
     if (r.status == 200 && last.at("state").as_string() == state) return last;
-    if (r.status == 404 && state == "released") return last;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return last;

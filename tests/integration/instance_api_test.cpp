@@ -1,0 +1,208 @@
+// The instance API's contract at its edges: refusals that change nothing, the state of a
+// released instance, a stop during a restart, names wherever ids go, the operator's list,
+// and lists that honour limit and cursor.
+#include <gtest/gtest.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace json = boost::json;
+
+std::string config_no_gpu() {
+  static int base = 38000 + static_cast<int>(std::hash<std::string>{}(random_suffix()) % 50) * 100;
+  return R"(
+[[zones]]
+name = "zone-a"
+[[zones]]
+name = "zone-b"
+[[hosts]]
+name = "node-1"
+zone = "zone-a"
+cpu = 4
+memory_gib = 16
+port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 2 } ]
+[[hosts]]
+name = "node-2"
+zone = "zone-b"
+cpu = 4
+memory_gib = 16
+port_range = ")" + std::to_string(base + 100) + "-" + std::to_string(base + 199) + R"("
+simulated_gpus = [ { model = "A100", memory_gib = 80, count = 2 } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 198
+price_per_gpu_week = 26600
+price_per_gpu_month = 99800
+[[offers]]
+gpu_model = "A100"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 798
+price_per_gpu_week = 100000
+price_per_gpu_month = 390000
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 10
+)";
+}
+
+class InstanceApiTest : public ::testing::Test {
+ protected:
+  InstanceApiTest() : daemon_(DaemonOptions{config_no_gpu()}) {}
+  void SetUp() override {
+    daemon_.start();
+    user_ = daemon_.register_and_login("apiuser");
+  }
+  void need_engine() {
+    if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  }
+  json::value create_running(const std::string& name) {
+    auto r = daemon_.post("/api/v1/instances", {{"name", name}, {"gpu_count", 0}}, user_);
+    EXPECT_EQ(r.status, 202) << r.body;
+    return daemon_.wait_for_state(name, "running", user_);
+  }
+  TestDaemon daemon_;
+  std::string user_;
+};
+
+TEST_F(InstanceApiTest, ListsTakeLimitAndCursorAndRefuseBadFilters) {
+  // Fixed-order lists page like the others.
+  for (const std::string path : {"/api/v1/zones", "/api/v1/market"}) {
+    auto first = daemon_.get(path + "?limit=1", user_);
+    ASSERT_EQ(first.status, 200) << first.body;
+    auto doc = first.json();
+    ASSERT_EQ(doc.at("items").as_array().size(), 1u) << path;
+    ASSERT_TRUE(doc.at("next_cursor").is_string()) << path;
+    auto all = daemon_.get(path, user_).json();
+    std::vector<std::string> seen{json::serialize(doc.at("items").as_array()[0])};
+    std::string cursor(doc.at("next_cursor").as_string());
+    while (!cursor.empty()) {
+      auto next = daemon_.get(path + "?limit=1&cursor=" + cursor, user_);
+      ASSERT_EQ(next.status, 200) << next.body;
+      auto page = next.json();
+      for (const auto& item : page.at("items").as_array()) seen.push_back(json::serialize(item));
+      cursor = page.at("next_cursor").is_string() ? std::string(page.at("next_cursor").as_string()) : "";
+    }
+    ASSERT_EQ(seen.size(), all.at("items").as_array().size()) << path;
+    for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], json::serialize(all.at("items").as_array()[i])) << path;
+    EXPECT_EQ(daemon_.get(path + "?limit=abc", user_).code(), "invalid_argument") << path;
+    EXPECT_EQ(daemon_.get(path + "?limit=0", user_).code(), "invalid_argument") << path;
+  }
+  auto hosts = daemon_.get("/api/v1/admin/hosts?limit=1", daemon_.admin_token());
+  ASSERT_EQ(hosts.status, 200);
+  EXPECT_EQ(hosts.json().at("items").as_array().size(), 1u);
+  EXPECT_TRUE(hosts.json().at("next_cursor").is_string());
+
+  auto bad_state = daemon_.get("/api/v1/instances?state=bogus", user_);
+  EXPECT_EQ(bad_state.status, 400);
+  EXPECT_NE(bad_state.json().at("detail").as_string().find("state"), std::string::npos);
+  EXPECT_EQ(daemon_.get("/api/v1/admin/instances", user_).status, 403);
+  EXPECT_EQ(daemon_.get("/api/v1/admin/instances", daemon_.admin_token()).status, 200);
+}
+
+TEST_F(InstanceApiTest, CreateRefusesWhatThisInstallationCannotHonour) {
+  auto body = [](const char* field, json::value v) {
+    json::object o{{"name", "x1"}, {"gpu_count", 0}};
+    o[field] = std::move(v);
+    return o;
+  };
+  auto sg = daemon_.post("/api/v1/instances", body("security_group", "sg-nope"), user_);
+  EXPECT_EQ(sg.status, 400) << sg.body;
+  EXPECT_NE(sg.json().at("detail").as_string().find("security_group"), std::string::npos);
+  auto autostop = daemon_.post("/api/v1/instances", body("autostop", json::object{{"idle_minutes", "soon"}}), user_);
+  EXPECT_EQ(autostop.status, 400) << autostop.body;
+  EXPECT_NE(autostop.json().at("detail").as_string().find("autostop.idle_minutes"), std::string::npos);
+  EXPECT_EQ(daemon_.get("/api/v1/instances", user_).json().at("items").as_array().size(), 0u);
+}
+
+TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
+  need_engine();
+  create_running("p1");
+  auto patch = [&](const json::value& body) {
+    return daemon_.request("PATCH", "/api/v1/instances/p1", json::serialize(body), user_);
+  };
+  for (const json::value& bad : {json::value(json::object{{"bogus", 1}}),
+                                 json::value(json::object{{"name", "renamed"}, {"autostop", "bogus"}}),
+                                 json::value(json::object{{"name", "renamed"}, {"security_group", "nonexistent"}}),
+                                 json::value(json::object{{"name", "renamed"}, {"stop_at", "garbage"}}),
+                                 json::value(json::object{{"name", "renamed"}, {"billing", json::object{{"auto_renew", "x"}}}}),
+                                 json::value(json::object{{"name", "renamed"}, {"ports", json::array{22, 22}}})}) {
+    auto r = patch(bad);
+    EXPECT_EQ(r.status, 400) << json::serialize(bad) << " -> " << r.body;
+    EXPECT_EQ(r.code(), "invalid_argument");
+  }
+  auto still = daemon_.get("/api/v1/instances/p1", user_);
+  ASSERT_EQ(still.status, 200);
+  EXPECT_EQ(still.json().at("name").as_string(), "p1");
+  EXPECT_EQ(daemon_.get("/api/v1/instances/renamed", user_).status, 404);
+
+  auto renew = patch(json::object{{"billing", json::object{{"auto_renew", false}}}});
+  ASSERT_EQ(renew.status, 200) << renew.body;
+  EXPECT_FALSE(renew.json().at("billing").at("auto_renew").as_bool());
+  EXPECT_FALSE(daemon_.get("/api/v1/instances/p1", user_).json().at("billing").at("auto_renew").as_bool());
+}
+
+TEST_F(InstanceApiTest, DOCKER_ROOT_AReleasedInstanceAnswersReleasedAndEventsTakeItsName) {
+  need_engine();
+  auto created = create_running("r1");
+  std::string id(created.at("id").as_string());
+  ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/r1", "", user_).status, 202);
+  auto released = daemon_.wait_for_state("r1", "released", user_);
+  EXPECT_EQ(released.at("state").as_string(), "released");
+  auto by_id = daemon_.get("/api/v1/instances/" + id, user_);
+  ASSERT_EQ(by_id.status, 200) << by_id.body;
+  EXPECT_EQ(by_id.json().at("state").as_string(), "released");
+  EXPECT_EQ(daemon_.request("DELETE", "/api/v1/instances/" + id, "", user_).status, 202);  // a repeat
+  auto stop = daemon_.post("/api/v1/instances/" + id + "/stop", json::object{}, user_);
+  EXPECT_EQ(stop.status, 409);
+  EXPECT_NE(stop.json().at("detail").as_string().find("released"), std::string::npos);
+  EXPECT_EQ(daemon_.get("/api/v1/instances", user_).json().at("items").as_array().size(), 0u);
+
+  // Events by name: the released instance's whole history.
+  auto events = daemon_.get("/api/v1/events?resource=r1", user_);
+  ASSERT_EQ(events.status, 200);
+  std::vector<std::string> types;
+  auto history = events.json();
+  for (const auto& e : history.at("items").as_array()) {
+    EXPECT_EQ(e.at("resource").as_string(), id);
+    types.emplace_back(e.at("type").as_string());
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"instance.created", "instance.running", "instance.releasing", "instance.released"}));
+
+  // The name is free again; the live instance wins it.
+  auto again = create_running("r1");
+  EXPECT_NE(again.at("id").as_string(), id);
+  EXPECT_EQ(daemon_.get("/api/v1/instances/r1", user_).json().at("id"), again.at("id"));
+  auto live_events = daemon_.get("/api/v1/events?resource=r1", user_).json();
+  for (const auto& e : live_events.at("items").as_array()) EXPECT_EQ(e.at("resource"), again.at("id"));
+  // Another user does not see it by name either.
+  std::string other = daemon_.register_and_login("apiother");
+  EXPECT_EQ(daemon_.get("/api/v1/events?resource=r1", other).json().at("items").as_array().size(), 0u);
+  EXPECT_EQ(daemon_.get("/api/v1/instances/" + id, other).status, 404);
+}
+
+TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
+  need_engine();
+  create_running("s1");
+  auto restart = daemon_.post("/api/v1/instances/s1/restart", json::object{}, user_);
+  ASSERT_EQ(restart.status, 202) << restart.body;
+  auto stop = daemon_.post("/api/v1/instances/s1/stop", json::object{}, user_);
+  if (stop.status == 409) {
+    // Only when the engine finished the restart's stop before this request came in.
+    EXPECT_NE(stop.json().at("detail").as_string().find("starting"), std::string::npos) << stop.body;
+    return;
+  }
+  ASSERT_EQ(stop.status, 202) << stop.body;
+  auto stopped = daemon_.wait_for_state("s1", "stopped", user_);
+  EXPECT_EQ(stopped.at("state").as_string(), "stopped");
+  EXPECT_TRUE(stopped.at("state_reason").is_null()) << stopped;  // a plain stop, not a restart
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
