@@ -66,6 +66,8 @@ namespace {
 constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 constexpr int kSubnetAttempts = 64;
 constexpr int kHostKeyLogTail = 400;
+constexpr std::chrono::minutes kPullTimeout{30};
+constexpr std::chrono::minutes kPullRetry{10};  // after a failed pull
 
 // Releases an AsyncLock-like object when the scope ends (co_return included).
 template <class Lock>
@@ -231,7 +233,7 @@ InstanceRuntime::~InstanceRuntime() {
 
 void InstanceRuntime::register_handlers(LocalAgent& agent) {
   for (const char* kind : {"instance.ensure", "instance.remove", "instance.status",
-                           "instance.stop_unknown", "instance.exec"}) {
+                           "instance.stop_unknown", "instance.exec", "image.inspect"}) {
     agent.add_command_handler(kind, [this](const Command& command) { return handle(command); });
   }
 }
@@ -255,6 +257,8 @@ awaitable<Result<CommandOutcome>> InstanceRuntime::dispatch(Command command) {
       observed = co_await stop_unknown(command.desired);
     } else if (command.kind == "instance.exec") {
       observed = co_await exec(command.desired);
+    } else if (command.kind == "image.inspect") {
+      observed = co_await inspect_images(command.desired);
     } else {
       observed = invalid("unknown command " + command.kind);
     }
@@ -857,6 +861,48 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
 }
 
 // ---- instance.status ---------------------------------------------------------------------
+
+awaitable<Result<json::object>> InstanceRuntime::inspect_images(json::object desired) {
+  const auto* refs = desired.if_contains("images");
+  if (refs == nullptr || !refs->is_array()) co_return invalid("image.inspect: images must be a list of references");
+  const bool pull_missing = desired.contains("pull_missing") && desired.at("pull_missing").is_bool() &&
+                            desired.at("pull_missing").as_bool();
+  json::object found;
+  for (const auto& ref : refs->as_array()) {
+    if (!ref.is_string()) co_return invalid("image.inspect: images must be a list of references");
+    std::string name(ref.as_string());
+    auto info = co_await driver_->image_inspect(name);
+    if (!info) co_return fail(std::move(info.error()));
+    json::object o{{"present", info->has_value()}};
+    if (*info) {
+      o["id"] = (*info)->id;
+      o["size_bytes"] = (*info)->size_bytes;
+      pulls_.erase(name);
+    } else if (pull_missing) {
+      PullState& p = pulls_[name];
+      auto now = std::chrono::steady_clock::now();
+      if (!p.running && (p.last_try == std::chrono::steady_clock::time_point{} || now - p.last_try > kPullRetry)) {
+        p.running = true;
+        p.last_try = now;
+        net::co_spawn(strand_, pull_one(name), net::detached);
+      }
+      o["pulling"] = p.running;
+      if (!p.error.empty()) o["pull_error"] = p.error;
+    }
+    found[name] = std::move(o);
+  }
+  co_return json::object{{"images", std::move(found)}};
+}
+
+awaitable<void> InstanceRuntime::pull_one(std::string ref) {
+  spdlog::info(R"({{"event":"image_pull_started","image":{}}})", q(ref));
+  auto pulled = co_await driver_->pull_image(ref, kPullTimeout);
+  PullState& p = pulls_[ref];
+  p.running = false;
+  p.error = pulled ? "" : pulled.error().detail;
+  if (pulled) spdlog::info(R"({{"event":"image_pulled","image":{}}})", q(ref));
+  else spdlog::warn(R"({{"event":"image_pull_failed","image":{},"error":{}}})", q(ref), q(p.error));
+}
 
 awaitable<Result<json::object>> InstanceRuntime::status() {
   if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));

@@ -111,6 +111,9 @@ class InstanceRuntime {
   boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> status();
+  // {"images": [REF...]} → {"images": {REF: {"present", "id", "size_bytes"}}}
+  boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
+  boost::asio::awaitable<void> pull_one(std::string ref);
   boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
 
@@ -133,6 +136,13 @@ class InstanceRuntime {
   std::string network_name_;
   AgentStateStore store_;
   std::unique_ptr<RuntimeDriver> driver_;
+  // Registry pulls of missing images, one at a time per reference, in the background.
+  struct PullState {
+    bool running = false;
+    std::string error;  // the last attempt's, "" when none failed
+    std::chrono::steady_clock::time_point last_try{};
+  };
+  std::map<std::string, PullState> pulls_;
   std::string init_script_path_;
   firewall::NftablesFirewall firewall_;
   Options options_;

@@ -48,11 +48,12 @@ Image image_from(const store::Row& r) {
   i.state = r.text(11);
   i.ssh = r.int64(12) != 0;
   i.created_at = from_unix_micros(r.int64(13));
+  i.state_reason = r.text(14);
   return i;
 }
 constexpr const char* kColumns =
     "SELECT id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, visibility, owner, state, ssh, "
-    "created_at FROM images ";
+    "created_at, state_reason FROM images ";
 }  // namespace
 
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now) {
@@ -88,12 +89,14 @@ Result<Image> find_image(store::Database& db, const std::string& viewer, const s
 json::object image_json(const Image& i) {
   json::object frameworks;
   for (const auto& [k, v] : i.frameworks) frameworks[k] = v;
+  auto or_null = [](const std::string& s) { return s.empty() ? json::value(nullptr) : json::value(s); };
   return {{"id", i.id},
           {"name", i.name},
           {"description", i.description},
-          {"os", i.os},
-          {"python", i.python},
-          {"cuda", i.cuda},
+          {"os", or_null(i.os)},
+          {"python", or_null(i.python)},
+          {"cuda", or_null(i.cuda)},
+          {"state_reason", or_null(i.state_reason)},
           {"frameworks", std::move(frameworks)},
           {"size_bytes", i.size_bytes},
           {"visibility", i.visibility},
@@ -102,6 +105,26 @@ json::object image_json(const Image& i) {
           {"ssh", i.ssh},
           {"engine_image", i.engine_image},
           {"created_at", format_rfc3339(i.created_at)}};
+}
+
+Result<std::vector<Image>> public_images(store::Database& db) {
+  auto rows = db.all(std::string(kColumns) + "WHERE visibility = 'public' AND state != 'deleted' ORDER BY created_at, id", {});
+  if (!rows) return fail(rows.error());
+  std::vector<Image> out;
+  for (const auto& r : *rows) out.push_back(image_from(r));
+  return out;
+}
+
+Status record_engine_image(store::Database& db, const Image& image, const EngineImage& seen, const std::string& host_name) {
+  std::string state = "available", reason;
+  if (!seen.present) {
+    state = seen.pulling ? "creating" : "error";
+    reason = seen.pulling ? "pulling " + image.engine_image + " onto " + host_name
+                          : host_name + " does not hold " + image.engine_image +
+                                (seen.pull_error.empty() ? "" : "; " + seen.pull_error);
+  }
+  return db.run("UPDATE images SET state = ?, state_reason = ?, size_bytes = ? WHERE id = ? AND state != 'deleted'",
+                {state, reason, seen.present ? seen.size_bytes : image.size_bytes, image.id});
 }
 
 }  // namespace gpucloud::instances

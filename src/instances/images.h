@@ -24,6 +24,7 @@ struct Image {
   std::string visibility;  // public | private
   std::optional<std::string> owner;
   std::string state;
+  std::string state_reason;  // why it is in `error`
   bool ssh = true;
   SysTime created_at;
 };
@@ -34,5 +35,17 @@ Result<std::vector<Image>> list_images(store::Database& db, const std::string& v
 // Public images and the viewer's own; others' private images are "not found".
 Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name);
 boost::json::object image_json(const Image& image);
+
+// The public images and the engine references behind them (what the agent is asked about).
+Result<std::vector<Image>> public_images(store::Database& db);
+// What the engine says about a public image: its size, or that it is missing (being pulled:
+// state creating; else error, with the pull's error).
+struct EngineImage {
+  bool present = false;
+  std::int64_t size_bytes = 0;
+  bool pulling = false;
+  std::string pull_error;
+};
+Status record_engine_image(store::Database& db, const Image& image, const EngineImage& seen, const std::string& host_name);
 
 }  // namespace gpucloud::instances

@@ -222,6 +222,61 @@ void InstanceService::start_background(std::chrono::seconds period) {
   asio::co_spawn(loop_, reconcile(), asio::detached);
 }
 
+asio::awaitable<void> InstanceService::refresh_images() {
+  // All-in-one hosts share one engine: the first host's agent speaks for it.
+  if (config_.hosts.empty()) co_return;
+  std::string host = config_.hosts.front().name;
+  auto load = [](store::Database& db) { return public_images(db); };
+  auto images = co_await store_.read(std::move(load));
+  if (!images || images->empty()) co_return;
+  json::array refs;
+  for (const auto& img : *images) refs.emplace_back(img.engine_image);
+  std::string kind = "image.inspect";
+  json::object desired;
+  desired["images"] = std::move(refs);
+  desired["pull_missing"] = true;
+  auto outcome = co_await send(host, kind, std::move(desired));
+  if (!outcome || !outcome->ok) co_return;  // the engine is away: keep what we knew
+  const auto* found = outcome->observed.if_contains("images");
+  if (found == nullptr || !found->is_object()) co_return;
+  bool pulling = false;
+  for (const auto& [ref, seen] : found->as_object())
+    pulling = pulling || (seen.is_object() && seen.as_object().contains("pulling") && seen.as_object().at("pulling").as_bool());
+  auto record = [images = *images, found = found->as_object(), host](store::Database& db) -> Status {
+    for (const auto& img : images) {
+      const auto* o = found.if_contains(img.engine_image);
+      if (o == nullptr || !o->is_object()) continue;
+      const auto& seen_json = o->as_object();
+      EngineImage seen;
+      seen.present = seen_json.contains("present") && seen_json.at("present").as_bool();
+      if (const auto* s = seen_json.if_contains("size_bytes"); s && s->is_int64()) seen.size_bytes = s->as_int64();
+      seen.pulling = seen_json.contains("pulling") && seen_json.at("pulling").as_bool();
+      seen.pull_error = observed_string(seen_json, "pull_error");
+      std::string before = img.state + "|" + img.state_reason + "|" + std::to_string(img.size_bytes);
+      if (auto s = record_engine_image(db, img, seen, host); !s) return s;
+      auto now = db.one("SELECT state || '|' || state_reason || '|' || size_bytes FROM images WHERE id = ?", {img.id});
+      if (now && *now && (*now)->text(0) != before)
+        spdlog::log(seen.present ? spdlog::level::info : spdlog::level::warn,
+                    R"({{"event":"image_state","image":"{}","engine_image":"{}","now":"{}"}})", img.name, img.engine_image,
+                    (*now)->text(0));
+    }
+    return ok();
+  };
+  if (auto s = co_await store_.write(std::move(record)); !s) spdlog::warn("refresh images: {}", s.error().detail);
+  // While a pull runs, look again sooner than the next reconcile so its end shows quickly.
+  if (pulling && !images_followup_) {
+    images_followup_ = true;
+    asio::co_spawn(loop_, follow_up_images(), asio::detached);
+  }
+}
+
+asio::awaitable<void> InstanceService::follow_up_images() {
+  asio::steady_timer wait(loop_, std::chrono::seconds(2));
+  auto [ec] = co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
+  images_followup_ = false;
+  if (!ec) co_await refresh_images();
+}
+
 void InstanceService::schedule_reconcile() {
   reconcile_timer_.expires_after(period_);
   reconcile_timer_.async_wait([this](boost::system::error_code ec) {
@@ -329,6 +384,7 @@ asio::awaitable<void> InstanceService::reconcile() {
     return ok();
   };
   if (auto s = co_await store_.write(std::move(free_orphans)); !s) spdlog::warn("reconcile reservations: {}", s.error().detail);
+  co_await refresh_images();
   reconciling_ = false;
   schedule_reconcile();
 }

@@ -46,6 +46,10 @@ class InstanceService {
                                                              boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> ensure(const Instance& instance, const std::string& state);
   void schedule_reconcile();
+  // Asks the engine about each public image: its size, or that it is missing.
+  boost::asio::awaitable<void> refresh_images();
+  boost::asio::awaitable<void> follow_up_images();
+  bool images_followup_ = false;  // a quicker look is scheduled while a pull runs
   boost::asio::awaitable<void> refresh(std::string id);
 
   boost::asio::any_io_executor loop_;

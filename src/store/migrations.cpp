@@ -199,6 +199,10 @@ CREATE TABLE events (
 CREATE INDEX events_by_user ON events(user_id, seq);
 CREATE INDEX events_by_resource ON events(resource, seq);
 )sql"},
+    // Why an image is not available (e.g. the engine does not hold it), for the operator.
+    {5, R"sql(
+ALTER TABLE images ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 }  // namespace

@@ -956,10 +956,21 @@ TEST_F(DockerDriverTest, DOCKER_ImagePresentAndCommit) {
   ASSERT_TRUE(absent);
   EXPECT_FALSE(*absent);
 
-  // Pulling with no registry reachable fails as an error (streamed or not).
-  auto pull = go(driver_->engine().call_stream(
-      docker::Method::post, "/images/create?fromImage=gpucloud.invalid%2Fnothing&tag=0"));
-  EXPECT_FALSE(pull);
+  // Inspect: the engine's id and size for a present image, nothing for an absent one.
+  auto info = go(driver_->image_inspect(test_image()));
+  ASSERT_TRUE(info) << error_text(info.error());
+  ASSERT_TRUE(info->has_value());
+  EXPECT_TRUE((*info)->id.starts_with("sha256:")) << (*info)->id;
+  EXPECT_GT((*info)->size_bytes, 1'000'000);
+  auto no_info = go(driver_->image_inspect("gpucloud/no-such-image:0"));
+  ASSERT_TRUE(no_info);
+  EXPECT_FALSE(no_info->has_value());
+
+  // A pull from a registry that cannot be reached fails with the engine's reason.
+  auto pull = go(driver_->pull_image("gpucloud-no-such-registry.invalid/nothing:0", 60s), 90s);
+  ASSERT_FALSE(pull);
+  EXPECT_EQ(pull.error().code, ErrorCode::unavailable);
+  EXPECT_NE(pull.error().detail.find("gpucloud-no-such-registry.invalid/nothing:0"), std::string::npos) << pull.error().detail;
 
   client_key();
   auto s = spec("commit");

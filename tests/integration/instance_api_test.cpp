@@ -1,6 +1,8 @@
 // The instance API's contract at its edges: refusals that change nothing, the state of a
 // released instance, a stop during a restart, names wherever ids go, the operator's list,
 // and lists that honour limit and cursor.
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "support/test_daemon.h"
@@ -48,6 +50,11 @@ price_per_gpu_month = 390000
 cpu = 1
 memory_gib = 1
 price_per_hour = 10
+[[images]]
+name = "not-here"
+engine_image = "gpucloud-no-such-registry.invalid/nothing:1"
+description = "An operator image the engine does not hold and cannot pull"
+os = "Ubuntu 22.04"
 )";
 }
 
@@ -202,6 +209,37 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
   auto stopped = daemon_.wait_for_state("s1", "stopped", user_);
   EXPECT_EQ(stopped.at("state").as_string(), "stopped");
   EXPECT_TRUE(stopped.at("state_reason").is_null()) << stopped;  // a plain stop, not a restart
+}
+
+TEST_F(InstanceApiTest, DOCKER_ROOT_TheImageMarketSaysWhatTheEngineHolds) {
+  need_engine();
+  auto find = [&](const std::string& name) {
+    auto images = daemon_.get("/api/v1/images", user_).json();
+    for (const auto& i : images.at("items").as_array())
+      if (i.at("name").as_string() == name) return i;
+    return json::value();
+  };
+  json::value missing;
+  for (int i = 0; i < 150; ++i) {  // the pull fails within seconds (no such registry)
+    missing = find("not-here");
+    if (!missing.is_null() && missing.at("state").as_string() == "error" && find("debian-12-base").at("size_bytes").as_int64() > 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_FALSE(missing.is_null());
+  EXPECT_EQ(missing.at("state").as_string(), "error") << missing;
+  EXPECT_NE(missing.at("state_reason").as_string().find("gpucloud-no-such-registry.invalid/nothing:1"), std::string::npos)
+      << missing;
+  EXPECT_TRUE(missing.at("cuda").is_null());
+  EXPECT_EQ(missing.at("os").as_string(), "Ubuntu 22.04");
+  auto base = find("debian-12-base");
+  EXPECT_EQ(base.at("state").as_string(), "available");
+  EXPECT_GT(base.at("size_bytes").as_int64(), 10'000'000) << base;  // the real image, ~230 MB
+
+  auto refused = daemon_.post("/api/v1/instances", {{"name", "nope"}, {"gpu_count", 0}, {"image", "not-here"}}, user_);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.json().at("detail").as_string().find("not available"), std::string::npos) << refused.body;
+  EXPECT_EQ(daemon_.get("/api/v1/instances", user_).json().at("items").as_array().size(), 0u);
 }
 
 }  // namespace

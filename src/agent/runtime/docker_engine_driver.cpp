@@ -508,6 +508,45 @@ awaitable<Result<bool>> DockerEngineDriver::image_present(std::string ref) {
   co_return fail(docker::engine_error(res->status, res->body));
 }
 
+awaitable<Result<std::optional<ImageInfo>>> DockerEngineDriver::image_inspect(std::string ref) {
+  std::string target = "/images/" + ref + "/json";
+  auto res = co_await engine_.request(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status == 404) co_return std::optional<ImageInfo>{};
+  if (res->status != 200) co_return fail(docker::engine_error(res->status, res->body));
+  boost::system::error_code ec;
+  json::value doc = json::parse(res->body, ec);
+  if (ec || !doc.is_object()) co_return fail(ErrorCode::internal, "docker engine: image inspect answered no JSON object");
+  ImageInfo info;
+  info.id = string_at(&doc.as_object(), "Id");
+  info.size_bytes = int_at(&doc.as_object(), "Size");
+  co_return std::optional<ImageInfo>{std::move(info)};
+}
+
+awaitable<Status> DockerEngineDriver::pull_image(std::string ref, std::chrono::milliseconds timeout) {
+  // fromImage + tag, as the Engine API wants them; a digest reference goes whole.
+  std::string from = ref, tag;
+  if (ref.find('@') == std::string::npos) {
+    auto colon = ref.rfind(':');
+    auto slash = ref.rfind('/');
+    if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
+      from = ref.substr(0, colon);
+      tag = ref.substr(colon + 1);
+    } else {
+      tag = "latest";
+    }
+  }
+  std::string target = "/images/create?fromImage=" + url_encode(from) + (tag.empty() ? "" : "&tag=" + url_encode(tag));
+  auto messages = co_await engine_.call_stream(Method::post, std::move(target), std::nullopt, timeout);
+  if (!messages) co_return fail(ErrorCode::unavailable, "pulling " + ref + ": " + messages.error().detail);
+  // The engine answers 200 and reports a failed pull inside the progress stream.
+  for (const auto& m : *messages) {
+    if (!m.is_object()) continue;
+    if (auto e = string_at(&m.as_object(), "error"); !e.empty()) co_return fail(ErrorCode::unavailable, "pulling " + ref + ": " + e);
+  }
+  co_return ok();
+}
+
 awaitable<Result<CreatedContainer>> DockerEngineDriver::create(ContainerSpec spec) {
   auto plan = plan_create(spec);
   if (!plan) co_return fail(std::move(plan.error()));

@@ -46,6 +46,8 @@ class DockerEngineDriver final : public RuntimeDriver {
   boost::asio::awaitable<Result<NetworkInfo>> ensure_network(NetworkSpec spec) override;
   boost::asio::awaitable<Status> remove_network(std::string name) override;
   boost::asio::awaitable<Result<bool>> image_present(std::string ref) override;
+  boost::asio::awaitable<Result<std::optional<ImageInfo>>> image_inspect(std::string ref) override;
+  boost::asio::awaitable<Status> pull_image(std::string ref, std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<CreatedContainer>> create(ContainerSpec spec) override;
   boost::asio::awaitable<Status> start(std::string id) override;
   boost::asio::awaitable<Status> stop(std::string id, std::chrono::seconds grace) override;

@@ -101,6 +101,12 @@ struct NetworkInfo {
   bool created = false;     // this call created it
 };
 
+// An image the engine holds: its id and its size on disk (all its layers).
+struct ImageInfo {
+  std::string id;
+  std::int64_t size_bytes = 0;
+};
+
 struct DriverInfo {
   std::string engine;          // e.g. "docker 20.10.24+dfsg1"
   std::string api_version;     // the pinned one the driver speaks
@@ -156,6 +162,11 @@ class RuntimeDriver {
   virtual boost::asio::awaitable<Result<NetworkInfo>> ensure_network(NetworkSpec spec) = 0;
   virtual boost::asio::awaitable<Status> remove_network(std::string name) = 0;  // gone = ok
   virtual boost::asio::awaitable<Result<bool>> image_present(std::string ref) = 0;
+  // nullopt when the engine does not hold `ref`.
+  virtual boost::asio::awaitable<Result<std::optional<ImageInfo>>> image_inspect(std::string ref) = 0;
+  // Pulls `ref` from its registry ("repo[:tag]" or "repo@digest"); the engine's own error
+  // (no network, unknown image, denied) comes back as an unavailable error.
+  virtual boost::asio::awaitable<Status> pull_image(std::string ref, std::chrono::milliseconds timeout) = 0;
 
   virtual boost::asio::awaitable<Result<CreatedContainer>> create(ContainerSpec spec) = 0;
   virtual boost::asio::awaitable<Status> start(std::string id) = 0;  // running already = ok

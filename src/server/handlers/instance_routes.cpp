@@ -215,6 +215,9 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     if (*taken) return fail(ErrorCode::conflict, "you already have an instance named " + spec.name);
     auto image = instances::find_image(db, owner, spec.image);
     if (!image) return fail(ErrorCode::invalid_argument, "image: " + image.error().detail);
+    if (image->state != "available")
+      return fail(ErrorCode::invalid_argument, "image: " + image->name + " is not available (" +
+                                                   (image->state_reason.empty() ? image->state : image->state_reason) + ")");
     Instance i;
     i.id = id;
     i.owner = owner;
