@@ -283,6 +283,7 @@ json::object to_json(const InstanceRecord& r) {
                                     {"cpu", r.created_with.cpu},
                                     {"memory_gib", r.created_with.memory_gib},
                                     {"gpu_uuids", to_array(r.created_with.gpu_uuids)}}},
+      {"system_images", to_array(r.system_images)},
   };
 }
 
@@ -322,6 +323,9 @@ Result<InstanceRecord> instance_record_from_json(const json::value& value) {
     r.created_with.memory_gib = read_int(c, "memory_gib", false).value_or(0);
     r.created_with.gpu_uuids = read_strings(c, "gpu_uuids").value_or(std::vector<std::string>{});
   }
+  auto images = read_strings(o, "system_images");
+  if (!images) return fail(images.error());
+  r.system_images = std::move(*images);
   return r;
 }
 

@@ -70,6 +70,10 @@ struct InstanceRecord {
   std::string container_id;  // convenience copy of the driver state's id
   std::string host_key;      // "ssh-ed25519 AAAA...", empty until seen
   CreatedWith created_with;
+  // The system disk kept across container rebuilds (a new hostname, other GPUs or another
+  // size need a new container): each rebuild commits the old container's filesystem as the
+  // next of these images, oldest first; the container runs from the last. Removed at release.
+  std::vector<std::string> system_images;
 };
 
 // Instance ids name files, containers and firewall comments: [A-Za-z0-9][A-Za-z0-9_.-]{0,63}.

@@ -599,6 +599,30 @@ Result<Secrets> secrets_from_json(const json::object& desired) {
 
 }  // namespace
 
+std::vector<std::string> InstanceRuntime::drift_of(const CreatedWith& cw, const InstanceSpec& spec) const {
+  std::vector<std::string> drift;
+  if (!cw.image.empty() && cw.image != spec.image) drift.emplace_back("image");
+  if (!cw.hostname.empty() && cw.hostname != spec.name) drift.emplace_back("name");
+  if (cw.cpu > 0 && std::fabs(cw.cpu - spec.cpu) > 1e-9) drift.emplace_back("cpu");
+  if (cw.memory_gib > 0 && cw.memory_gib != spec.memory_gib) drift.emplace_back("memory_gib");
+  if (cw.gpu_uuids != effective_gpus(spec)) drift.emplace_back("gpu_uuids");
+  return drift;
+}
+
+awaitable<Result<std::string>> InstanceRuntime::commit_system_disk(const InstanceRecord& record) {
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string repo = "gpucloud-system/" + lower(installation_id_) + "-" + lower(record.desired.instance_id);
+  const std::string tag = "r" + std::to_string(record.system_images.size() + 1);
+  std::map<std::string, std::string> labels{{std::string(kInstallationLabel), installation_id_},
+                                            {std::string(kInstanceLabel), record.desired.instance_id}};
+  auto made = co_await driver_->commit(record.container_id, repo, tag, std::move(labels));
+  if (!made) co_return fail(std::move(made.error()));
+  co_return repo + ":" + tag;
+}
+
 awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   auto parsed = instance_spec_from_json(desired);
   if (!parsed) co_return fail(std::move(parsed.error()));
@@ -618,7 +642,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
 
   const bool had_record = slot.record.has_value();
-  const std::optional<InstanceRecord> old_record = slot.record;
+  std::optional<InstanceRecord> old_record = slot.record;
   InstanceRecord record;
   if (had_record) {
     record = *slot.record;
@@ -670,9 +694,10 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         }
       });
     } else {
-      revert.add_sync([this, &slot, old = *old_record] {
-        slot.record = old;
-        (void)store_.save_instance(old);
+      // By reference: a rebuild below updates the system images the old record must keep.
+      revert.add_sync([this, &slot, &old_record] {
+        slot.record = old_record;
+        (void)store_.save_instance(*old_record);
       });
     }
     if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
@@ -683,13 +708,30 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     auto config_changed = store_.write_config(id, secrets->authorized_keys, secrets->password_hash);
     if (!config_changed) co_return fail(std::move(config_changed.error()));
 
-    // 5. The container: create when missing, then start or stop as desired.
-    bool created = false, booted = false;
+    // 5. The container: create when missing, then start or stop as desired. A stopped
+    //    container that cannot take the new hostname, GPUs or size is rebuilt first: its
+    //    filesystem (the system disk) becomes an image and a new container is made from it.
+    bool created = false, booted = false, rebuilt = false;
     bool cpus_capped = false;
+    const auto drift_before = drift_of(record.created_with, spec);
+    const bool must_rebuild = std::any_of(drift_before.begin(), drift_before.end(), [](const std::string& d) { return d != "image"; });
+    if (container.exists && !container.running && spec.state == "running" && must_rebuild) {
+      auto image = co_await commit_system_disk(record);
+      if (!image) co_return fail(std::move(image.error()));
+      record.system_images.push_back(*image);
+      if (old_record) old_record->system_images = record.system_images;  // kept even if a later step fails
+      if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+      slot.record = record;
+      if (auto s = co_await driver_->remove(record.container_id); !s) co_return fail(std::move(s.error()));
+      spdlog::info(R"({{"event":"instance_rebuilding","instance":"{}","system_image":{},"because":{}}})", id, q(*image),
+                   q(fmt::format("{}", fmt::join(drift_before, ","))));
+      container.exists = false;
+      rebuilt = true;
+    }
     if (!container.exists) {
       ContainerSpec cs;
       cs.name = container_name(id);
-      cs.image = spec.image;
+      cs.image = record.system_images.empty() ? spec.image : record.system_images.back();
       cs.hostname = spec.name;
       cs.labels = {{std::string(kInstallationLabel), installation_id_},
                    {std::string(kInstanceLabel), id}};
@@ -713,7 +755,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
       record.container_id = made->id;
       record.driver_state = encode_driver_state(driver_state_for(record));
-      record.host_key.clear();  // a new filesystem: the init makes a new key
+      if (!rebuilt) record.host_key.clear();  // a new filesystem: the init makes a new key
       record.created_with = CreatedWith{spec.image, spec.name, spec.cpu, spec.memory_gib, effective_gpus(spec)};
       if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
@@ -755,12 +797,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     const double applied = static_cast<double>(now->nano_cpus) / 1e9;
     if (!created) cpus_capped = now->nano_cpus > 0 && applied + 1e-6 < record.created_with.cpu;
     json::array drift;
-    const auto& cw = record.created_with;
-    if (!cw.image.empty() && cw.image != spec.image) drift.emplace_back("image");
-    if (!cw.hostname.empty() && cw.hostname != spec.name) drift.emplace_back("name");
-    if (cw.cpu > 0 && std::fabs(cw.cpu - spec.cpu) > 1e-9) drift.emplace_back("cpu");
-    if (cw.memory_gib > 0 && cw.memory_gib != spec.memory_gib) drift.emplace_back("memory_gib");
-    if (cw.gpu_uuids != effective_gpus(spec)) drift.emplace_back("gpu_uuids");
+    for (const auto& d : drift_of(record.created_with, spec)) drift.emplace_back(d);
     json::array ports;
     for (const auto& p : spec.ports) {
       ports.push_back(json::object{{"container_port", p.container_port},
@@ -789,6 +826,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         {"ports", std::move(ports)},
         // Desired fields the existing container cannot take (it needs recreating).
         {"drift", std::move(drift)},
+        {"rebuilt", rebuilt},
     };
     co_return observed;
   };
@@ -852,6 +890,14 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
   if (auto s = co_await apply_firewall(); !s) {
     slot.record = std::move(old);  // the record stays until its ports are gone
     co_return fail(std::move(s.error()));
+  }
+  // The system disk's images from rebuilds, newest first (each is the parent of the next).
+  if (old) {
+    for (auto it = old->system_images.rbegin(); it != old->system_images.rend(); ++it) {
+      if (auto s = co_await driver_->remove_image(*it); !s)
+        spdlog::warn(R"({{"event":"system_image_not_removed","instance":"{}","image":{},"error":{}}})", id, q(*it),
+                     error_text(s.error()));
+    }
   }
   if (auto s = store_.remove_instance(id); !s) co_return fail(std::move(s.error()));
   spdlog::info(R"({{"event":"instance_removed","instance":"{}","containers":{}}})", id, removed.size());

@@ -114,6 +114,10 @@ class InstanceRuntime {
   // {"images": [REF...]} → {"images": {REF: {"present", "id", "size_bytes"}}}
   boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
   boost::asio::awaitable<void> pull_one(std::string ref);
+  // What the container was made with that the desired spec no longer matches.
+  std::vector<std::string> drift_of(const CreatedWith& created_with, const InstanceSpec& spec) const;
+  // Commits the (stopped) container's filesystem as the instance's next system image.
+  boost::asio::awaitable<Result<std::string>> commit_system_disk(const InstanceRecord& record);
   boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
 

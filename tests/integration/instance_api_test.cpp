@@ -48,7 +48,7 @@ price_per_gpu_week = 100000
 price_per_gpu_month = 390000
 [no_gpu_offer]
 cpu = 1
-memory_gib = 1
+memory_gib = 2      # differs from 1 GPU's share: a no-GPU start needs another container size
 price_per_hour = 10
 [[images]]
 name = "not-here"
@@ -209,6 +209,57 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
   auto stopped = daemon_.wait_for_state("s1", "stopped", user_);
   EXPECT_EQ(stopped.at("state").as_string(), "stopped");
   EXPECT_TRUE(stopped.at("state_reason").is_null()) << stopped;  // a plain stop, not a restart
+}
+
+// The name is the hostname, and a no-GPU start runs at the no-GPU size: a stopped container
+// that cannot take either is rebuilt from its own filesystem, which keeps the system disk.
+TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepingTheSystemDisk) {
+  need_engine();
+  auto created = daemon_.post("/api/v1/instances", {{"name", "g1"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, user_);
+  ASSERT_EQ(created.status, 202) << created.body;
+  auto running = daemon_.wait_for_state("g1", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running");
+  const std::string id(running.at("id").as_string());
+  const std::string host_key(running.at("ssh").at("host_key").as_string());
+  const std::string container = "gpucloud-" + daemon_.installation_id() + "-" + id;
+  auto in_container = [&](const std::string& command) {
+    return shell("docker exec " + container + " sh -c '" + command + "' 2>&1");
+  };
+  auto memory_limit = [&] {
+    return in_container("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max");
+  };
+  EXPECT_EQ(in_container("hostname"), "g1\n");
+  EXPECT_EQ(memory_limit(), std::to_string(1LL << 30) + "\n");
+  in_container("echo kept > /root/system-disk-file");
+
+  auto renamed = daemon_.request("PATCH", "/api/v1/instances/g1", R"({"name":"g2"})", user_);
+  ASSERT_EQ(renamed.status, 200) << renamed.body;
+  ASSERT_EQ(daemon_.post("/api/v1/instances/g2/stop", json::object{}, user_).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("g2", "stopped", user_).at("state").as_string(), "stopped");
+  ASSERT_EQ(daemon_.post("/api/v1/instances/g2/start", json::object{{"no_gpu", true}}, user_).status, 202);
+  auto no_gpu = daemon_.wait_for_state("g2", "running", user_);
+  ASSERT_EQ(no_gpu.at("state").as_string(), "running") << no_gpu;
+  EXPECT_TRUE(no_gpu.at("no_gpu").as_bool());
+  EXPECT_EQ(in_container("hostname"), "g2\n");
+  EXPECT_EQ(memory_limit(), std::to_string(2LL << 30) + "\n") << "the no-GPU size";
+  EXPECT_EQ(in_container("cat /root/system-disk-file"), "kept\n");
+  EXPECT_EQ(no_gpu.at("ssh").at("host_key").as_string(), host_key) << "the same instance keeps its host key";
+
+  // Back to its GPU size, still the same disk.
+  ASSERT_EQ(daemon_.post("/api/v1/instances/g2/stop", json::object{}, user_).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("g2", "stopped", user_).at("state").as_string(), "stopped");
+  ASSERT_EQ(daemon_.post("/api/v1/instances/g2/start", json::object{}, user_).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("g2", "running", user_).at("state").as_string(), "running");
+  EXPECT_EQ(memory_limit(), std::to_string(1LL << 30) + "\n");
+  EXPECT_EQ(in_container("cat /root/system-disk-file"), "kept\n");
+
+  // Release takes the rebuilds' images with it.
+  const std::string images_of_instance =
+      "/images/json?filters=" + std::string("%7B%22label%22%3A%5B%22gpucloud.instance%3D") + id + "%22%5D%7D";
+  EXPECT_NE(docker_api("GET", images_of_instance).find("gpucloud-system/"), std::string::npos);
+  ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/g2", "", user_).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("g2", "released", user_).at("state").as_string(), "released");
+  EXPECT_EQ(docker_api("GET", images_of_instance).find("gpucloud-system/"), std::string::npos);
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_TheImageMarketSaysWhatTheEngineHolds) {
