@@ -290,8 +290,9 @@ class Gpucloud:
         self.api.json("DELETE", f"/api/v1/instances/{name}", expect=(200, 202, 204, 404))
         deadline = t0 + self.opts.timeout
         while now() < deadline:
-            status, _ = self.api.request("GET", f"/api/v1/instances/{name}")
-            if status == 404:
+            status, raw = self.api.request("GET", f"/api/v1/instances/{name}")
+            # A released instance answers with state "released" (older daemons: 404).
+            if status == 404 or (status == 200 and json.loads(raw).get("state") == "released"):
                 self.alive.discard(name)
                 return now() - t0
             time.sleep(self.opts.poll_ms / 1000)

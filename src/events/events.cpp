@@ -9,6 +9,7 @@ namespace json = boost::json;
 
 Status record(store::Database& db, SysTime time, const std::string& type, const std::string& resource,
               const std::optional<std::string>& user, const std::string& message, json::object data) {
+  db.note_event_written();
   return db.run("INSERT INTO events (id, time, type, resource, user_id, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 {new_id("ev"), to_unix_micros(time), type, resource, user, message, json::serialize(data)});
 }

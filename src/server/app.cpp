@@ -25,6 +25,9 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
       store_(std::move(store)),
       clock_(std::move(clock)),
       login_throttle_(config_.server.login_failures_allowed, config_.server.login_window) {
+  // A commit that recorded an event wakes the streams now (the 200 ms poll remains for
+  // events written by another process sharing the store).
+  store_->on_event_commit([this] { asio::post(loop_, [this] { wake_event_streams(); }); });
   register_system_routes(*this);
   register_auth_routes(*this);
   register_token_routes(*this);
@@ -72,6 +75,10 @@ asio::awaitable<void> App::poll_event_seq() {
 }
 
 App::~App() = default;
+
+void App::wake_event_streams() {
+  for (auto* timer : event_waiters_) timer->cancel();
+}
 
 asio::awaitable<Result<auth::Principal>> App::authenticate(const Request& request) {
   std::string_view header = request.header("authorization");

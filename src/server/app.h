@@ -3,6 +3,7 @@
 // metrics and the request log. Handler files (handlers/*.cpp) add their routes here.
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "auth/accounts.h"
 #include "auth/login_throttle.h"
@@ -60,6 +62,10 @@ class App {
   void invalidate_auth_cache() { auth_cache_.clear(); }
   // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
   std::int64_t latest_event_seq() const { return latest_event_seq_; }
+  // Event streams park their timer here while they wait; a local commit that recorded an
+  // event cancels them all (loop only).
+  std::set<boost::asio::steady_timer*>& event_waiters() { return event_waiters_; }
+  void wake_event_streams();
   void begin_shutdown() { shutting_down_ = true; }
   bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }
@@ -99,6 +105,7 @@ class App {
   std::unordered_map<std::string, CachedPrincipal> auth_cache_;  // token hash -> principal (loop only)
   boost::asio::thread_pool password_pool_{2};
   std::int64_t latest_event_seq_ = 0;
+  std::set<boost::asio::steady_timer*> event_waiters_;
   bool shutting_down_ = false;
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;

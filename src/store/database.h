@@ -2,6 +2,7 @@
 // A small RAII layer over one SQLite connection: cached prepared statements, typed binds,
 // rows copied out as values. Errors come back as Result, never as exceptions.
 #include <cstdint>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,11 @@ class Database {
   std::int64_t changes() const;
   const std::string& path() const { return path_; }
 
+  // Set by whoever records an event in the open transaction; the store reads and clears it
+  // after the commit, to wake event streams at once instead of at their next poll.
+  void note_event_written() { event_written_ = true; }
+  bool take_event_written() { return std::exchange(event_written_, false); }
+
  private:
   Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   Result<sqlite3_stmt*> prepare(std::string_view sql, std::initializer_list<Arg> args);
@@ -73,6 +79,7 @@ class Database {
   sqlite3* db_;
   std::string path_;
   std::unordered_map<std::string, sqlite3_stmt*> statements_;
+  bool event_written_ = false;
 };
 
 }  // namespace gpucloud::store

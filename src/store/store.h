@@ -2,6 +2,7 @@
 // The state store: one SQLite file in WAL mode. Writes are serialised on one thread (one
 // writer connection, each call one IMMEDIATE transaction); reads run on a bounded pool of
 // read-only connections. Callers on the event loop co_await both; nothing blocks the loop.
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,8 @@ class Store {
 
   const std::string& path() const { return path_; }
   boost::asio::thread_pool& blocking_pool() { return reader_pool_; }
+  // Called on the writer thread after each commit that recorded an event. Set before use.
+  void on_event_commit(std::function<void()> callback) { on_event_commit_ = std::move(callback); }
 
  private:
   Store(std::string path, std::unique_ptr<Database> writer, int readers);
@@ -77,12 +80,15 @@ class Store {
     R result = std::move(*attempt);
     if (!result) {
       (void)writer_->exec_script("ROLLBACK");
+      (void)writer_->take_event_written();
       return result;
     }
     if (auto s = writer_->exec_script("COMMIT"); !s) {
       (void)writer_->exec_script("ROLLBACK");
+      (void)writer_->take_event_written();
       return R(tl::unexpected(s.error()));
     }
+    if (writer_->take_event_written() && on_event_commit_) on_event_commit_();
     return result;
   }
   template <class R, class F>
@@ -101,6 +107,7 @@ class Store {
   }
 
   std::string path_;
+  std::function<void()> on_event_commit_;
   std::unique_ptr<Database> writer_;
   std::mutex writer_mutex_;
   std::mutex readers_mutex_;

@@ -158,5 +158,39 @@ TEST(IdempotencyKeyFormat, PrintableAsciiUpTo255) {
   EXPECT_FALSE(is_valid_idempotency_key(std::string(256, 'a')));
 }
 
+// Event streams are woken by this callback: exactly for the commits that recorded an event,
+// after the commit (so readers see the row), never for a rolled-back one.
+TEST(StoreTest, OnEventCommitFiresOnlyAfterCommitsThatRecordedAnEvent) {
+  auto store = Store::open(temp_db(), 1);
+  ASSERT_TRUE(store);
+  int calls = 0;
+  std::int64_t rows_seen = -1;
+  (*store)->on_event_commit([&] {
+    ++calls;
+    auto reader = Database::open((*store)->path(), true);
+    rows_seen = (*reader)->one("SELECT COUNT(*) FROM events")->value().int64(0);
+  });
+  auto record = [](Database& db) -> Status {
+    db.note_event_written();
+    return db.run("INSERT INTO events (id, time, type, resource, message) VALUES ('ev-1', 0, 't', 'r', 'm')");
+  };
+  ASSERT_TRUE((*store)->write_now(record));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(rows_seen, 1) << "the row is committed before the callback runs";
+
+  ASSERT_TRUE((*store)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('x', '1')"); }));
+  EXPECT_EQ(calls, 1) << "no event, no wake-up";
+
+  auto rolled_back = (*store)->write_now([](Database& db) -> Status {
+    db.note_event_written();
+    if (auto s = db.run("INSERT INTO events (id, time, type, resource, message) VALUES ('ev-2', 0, 't', 'r', 'm')"); !s) return s;
+    return fail(ErrorCode::conflict, "changed my mind");
+  });
+  EXPECT_FALSE(rolled_back);
+  EXPECT_EQ(calls, 1) << "a rolled-back event wakes nobody";
+  ASSERT_TRUE((*store)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('y', '1')"); }));
+  EXPECT_EQ(calls, 1) << "the rolled-back mark does not leak into the next commit";
+}
+
 }  // namespace
 }  // namespace gpucloud::store

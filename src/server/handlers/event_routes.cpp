@@ -85,14 +85,26 @@ std::string sse_frame(const events::Event& e) {
   return "id: " + std::to_string(e.seq) + "\nevent: " + e.type + "\ndata: " + json::serialize(events::to_json(e)) + "\n\n";
 }
 
-// One stream: sends what is new whenever the store's latest seq moves past what it sent,
-// and a comment every 15 s. A named coroutine taking everything by value.
+// Parks a stream's timer with the app while it waits, whatever ends the wait.
+struct ParkedTimer {
+  ParkedTimer(App* app, asio::steady_timer* timer) : app(app), timer(timer) { app->event_waiters().insert(timer); }
+  ~ParkedTimer() { app->event_waiters().erase(timer); }
+  ParkedTimer(const ParkedTimer&) = delete;
+  ParkedTimer& operator=(const ParkedTimer&) = delete;
+  App* app;
+  asio::steady_timer* timer;
+};
+
+// One stream: sends what is new when a local commit records an event (woken at once) or the
+// store's latest seq moves past what it sent, and a comment every 15 s. A named coroutine
+// taking everything by value.
 asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink) {
   asio::steady_timer tick(co_await asio::this_coro::executor);
   auto last_heartbeat = std::chrono::steady_clock::now();
   if (!co_await sink->write(": connected\n\n")) co_return;
+  bool woken = true;  // look once at the start: events may be waiting since Last-Event-ID
   while (!app->shutting_down()) {
-    if (app->latest_event_seq() > query.since_seq) {
+    if (woken || app->latest_event_seq() > query.since_seq) {
       auto read = [query](store::Database& db) { return events::list(db, query); };
       auto batch = co_await app->store().read(std::move(read));
       if (!batch) co_return;
@@ -110,9 +122,12 @@ asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink) 
       if (!co_await sink->write(": heartbeat\n\n")) co_return;
       last_heartbeat = std::chrono::steady_clock::now();
     }
-    tick.expires_after(std::chrono::milliseconds(200));
+    // Local commits wake the stream at once; this tick only notices events that another
+    // process wrote to a shared store (the seq poller's view), and paces heartbeats.
+    tick.expires_after(std::chrono::seconds(1));
+    ParkedTimer parked(app, &tick);
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
-    (void)ec;
+    woken = ec == asio::error::operation_aborted;
   }
 }
 
