@@ -118,7 +118,8 @@ asio::awaitable<Response> App::handle(Request& request) {
   std::string user_id;
   Response response;
   try {
-    RouteMatch match = router_.match(request.method, request.path, request.params);
+    // HEAD is answered by the GET route (the server sends its head only).
+    RouteMatch match = router_.match(request.method == "HEAD" ? "GET" : request.method, request.path, request.params);
     Result<Response> result = fail(ErrorCode::internal, "no answer");
     if (!match.route) {
       if (match.path_known) {

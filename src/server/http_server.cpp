@@ -144,6 +144,22 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       }
     }
     keep_alive = keep_alive && !stopping_;
+    if (parser.get().method() == http::verb::head) {
+      // HEAD: the GET's status and headers, its length, no body (and no stream).
+      http::response<http::empty_body> head{static_cast<http::status>(response.status), version};
+      head.set(http::field::server, "gpucloudd");
+      if (!response.content_type.empty()) head.set(http::field::content_type, response.content_type);
+      for (auto& [name, value] : response.headers) head.set(name, value);
+      if (response.stream || response.websocket) keep_alive = false;
+      else head.content_length(response.body.size());
+      head.keep_alive(keep_alive);
+      http::response_serializer<http::empty_body> serializer(head);
+      auto [head_ec, head_written] = co_await http::async_write_header(stream, serializer, use_tuple);
+      --in_flight_;
+      connections_[id].busy = false;
+      if (head_ec || !keep_alive) break;
+      continue;
+    }
     if (response.websocket && beast::websocket::is_upgrade(parser.get())) {
       --in_flight_;
       connections_[id].busy = false;

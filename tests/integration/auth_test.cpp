@@ -181,6 +181,23 @@ TEST_F(AuthTest, MalformedJsonUnknownRouteWrongMethodWrongType) {
   EXPECT_NE(missing.json().at("detail").as_string().find("username"), std::string::npos);
 }
 
+// HEAD answers like GET without the body, on the same keep-alive connection.
+TEST_F(AuthTest, HeadIsAGetWithoutItsBody) {
+  std::string token = daemon_.register_and_login("headuser");
+  auto get = daemon_.get("/api/v1/me", token);
+  ASSERT_EQ(get.status, 200);
+  std::string url = daemon_.endpoint() + "/api/v1/me";
+  // Two HEADs then a GET on one connection (curl reuses it): the heads carry no body.
+  std::string out = shell("curl -s -i --head -H 'Authorization: Bearer " + token + "' " + url + " --next -s -i --head " + url +
+                          " --next -s -H 'Authorization: Bearer " + token + "' " + url + " | tr A-Z a-z");
+  EXPECT_NE(out.find("http/1.1 200"), std::string::npos) << out;
+  EXPECT_NE(out.find("content-length: " + std::to_string(get.body.size())), std::string::npos) << out;
+  EXPECT_NE(out.find("http/1.1 401"), std::string::npos) << "the second HEAD has no token: " << out;
+  EXPECT_EQ(out.find("\"username\""), out.rfind("\"username\"")) << "only the GET has a body: " << out;
+  EXPECT_NE(out.find("headuser"), std::string::npos) << out;
+  EXPECT_EQ(shell("curl -s -o /dev/null -w '%{http_code}' --head " + daemon_.endpoint() + "/api/v1/auth/login"), "405");
+}
+
 TEST_F(AuthTest, OversizedBodyIsRefused) {
   std::string big = R"({"username":"x","password":")" + std::string(2 * 1024 * 1024, 'a') + "\"}";
   auto r = daemon_.request("POST", "/api/v1/auth/register", big);
