@@ -911,8 +911,12 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
 awaitable<Result<json::object>> InstanceRuntime::inspect_images(json::object desired) {
   const auto* refs = desired.if_contains("images");
   if (refs == nullptr || !refs->is_array()) co_return invalid("image.inspect: images must be a list of references");
-  const bool pull_missing = desired.contains("pull_missing") && desired.at("pull_missing").is_bool() &&
-                            desired.at("pull_missing").as_bool();
+  // Only the references listed under "pull" may be fetched from a registry (never, say, the
+  // locally built base image, whose name someone else could publish).
+  std::set<std::string> pullable;
+  if (const auto* pull = desired.if_contains("pull"); pull && pull->is_array())
+    for (const auto& ref : pull->as_array())
+      if (ref.is_string()) pullable.emplace(ref.as_string());
   json::object found;
   for (const auto& ref : refs->as_array()) {
     if (!ref.is_string()) co_return invalid("image.inspect: images must be a list of references");
@@ -924,7 +928,7 @@ awaitable<Result<json::object>> InstanceRuntime::inspect_images(json::object des
       o["id"] = (*info)->id;
       o["size_bytes"] = (*info)->size_bytes;
       pulls_.erase(name);
-    } else if (pull_missing) {
+    } else if (pullable.contains(name)) {
       PullState& p = pulls_[name];
       auto now = std::chrono::steady_clock::now();
       if (!p.running && (p.last_try == std::chrono::steady_clock::time_point{} || now - p.last_try > kPullRetry)) {

@@ -111,7 +111,8 @@ class InstanceRuntime {
   boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> status();
-  // {"images": [REF...]} → {"images": {REF: {"present", "id", "size_bytes"}}}
+  // {"images": [REF...], "pull": [REF...]} → {"images": {REF: {"present", "id", "size_bytes",
+  // "pulling", "pull_error"}}}; a missing image listed under "pull" is pulled in the background.
   boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
   boost::asio::awaitable<void> pull_one(std::string ref);
   // What the container was made with that the desired spec no longer matches.

@@ -229,12 +229,16 @@ asio::awaitable<void> InstanceService::refresh_images() {
   auto load = [](store::Database& db) { return public_images(db); };
   auto images = co_await store_.read(std::move(load));
   if (!images || images->empty()) co_return;
-  json::array refs;
-  for (const auto& img : *images) refs.emplace_back(img.engine_image);
+  json::array refs, pull;
+  for (const auto& img : *images) {
+    refs.emplace_back(img.engine_image);
+    // The base image is built here, never fetched: a registry could hold another by that name.
+    if (img.engine_image != kBaseEngineImage) pull.emplace_back(img.engine_image);
+  }
   std::string kind = "image.inspect";
   json::object desired;
   desired["images"] = std::move(refs);
-  desired["pull_missing"] = true;
+  desired["pull"] = std::move(pull);
   auto outcome = co_await send(host, kind, std::move(desired));
   if (!outcome || !outcome->ok) co_return;  // the engine is away: keep what we knew
   const auto* found = outcome->observed.if_contains("images");

@@ -695,4 +695,29 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_ConcurrentEnsuresAreSerialisedPerInstanc
   for (const auto& c : *all) EXPECT_TRUE(c.running) << c.name;
 }
 
+// image.inspect: sizes of present images; a missing one is pulled only when listed under
+// "pull" (the base image, built here, must never be fetched from a registry).
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_ImageInspectPullsOnlyWhatItIsAllowedTo) {
+  const std::string missing = "gpucloud-no-such-registry.invalid/never:1";
+  auto seen = must("image.inspect", json::object{{"images", json::array{test_image(), missing}}});
+  const auto& images = seen.at("images").as_object();
+  EXPECT_TRUE(images.at(test_image()).at("present").as_bool());
+  EXPECT_GT(images.at(test_image()).at("size_bytes").as_int64(), 1'000'000);
+  EXPECT_FALSE(images.at(missing).at("present").as_bool());
+  EXPECT_FALSE(images.at(missing).as_object().contains("pulling")) << "not listed under pull: no pull";
+
+  auto pulled = must("image.inspect", json::object{{"images", json::array{missing}}, {"pull", json::array{missing}}});
+  EXPECT_TRUE(pulled.at("images").at(missing).at("pulling").as_bool());
+  json::object last;
+  for (int i = 0; i < 300; ++i) {  // the pull fails within seconds: no such registry
+    last = must("image.inspect", json::object{{"images", json::array{missing}}, {"pull", json::array{missing}}});
+    if (!last.at("images").at(missing).at("pulling").as_bool()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto& result = last.at("images").at(missing).as_object();
+  EXPECT_FALSE(result.at("pulling").as_bool());
+  ASSERT_TRUE(result.contains("pull_error")) << json::serialize(last);
+  EXPECT_NE(std::string(result.at("pull_error").as_string()).find(missing), std::string::npos);
+}
+
 }  // namespace
