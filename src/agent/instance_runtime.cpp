@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/local_agent.h"
+#include "core/fault_points.h"
 #include "core/offload.h"
 
 namespace gpucloud::agent {
@@ -722,6 +723,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       if (old_record) old_record->system_images = record.system_images;  // kept even if a later step fails
       if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
+      fault_point("rebuild.after_commit");
       if (auto s = co_await driver_->remove(record.container_id); !s) co_return fail(std::move(s.error()));
       spdlog::info(R"({{"event":"instance_rebuilding","instance":"{}","system_image":{},"because":{}}})", id, q(*image),
                    q(fmt::format("{}", fmt::join(drift_before, ","))));

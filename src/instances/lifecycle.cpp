@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/ids.h"
-#include "instances/fault_points.h"
+#include "core/fault_points.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "market/reservations.h"

@@ -369,7 +369,17 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
   const CrashCase& c = GetParam();
   start(1);
   std::string action = c.action;
-  if (action != "create") {
+  if (action == "rebuild") {
+    // Renamed while stopped, so the start rebuilds the container (the crash comes mid-way).
+    ASSERT_EQ(create("before", user_).status, 202);
+    ASSERT_EQ(daemon_->wait_for_state("before", "running", user_).at("state").as_string(), "running");
+    shell("docker exec gpucloud-" + daemon_->installation_id() + "-" +
+          std::string(daemon_->get("/api/v1/instances/before", user_).json().at("id").as_string()) +
+          " sh -c 'echo kept > /root/disk-file'");
+    daemon_->post("/api/v1/instances/before/stop", json::object{}, user_);
+    ASSERT_EQ(daemon_->wait_for_state("before", "stopped", user_).at("state").as_string(), "stopped");
+    ASSERT_EQ(daemon_->request("PATCH", "/api/v1/instances/before", R"({"name":"victim"})", user_).status, 200);
+  } else if (action != "create") {
     ASSERT_EQ(create("victim", user_).status, 202);
     ASSERT_EQ(daemon_->wait_for_state("victim", "running", user_).at("state").as_string(), "running");
     if (action == "start") {
@@ -384,6 +394,7 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
   try {
     if (action == "create") create("victim", user_);
     else if (action == "release") daemon_->request("DELETE", "/api/v1/instances/victim", "", user_);
+    else if (action == "rebuild") daemon_->post("/api/v1/instances/victim/start", json::object{}, user_);
     else daemon_->post("/api/v1/instances/victim/" + action, json::object{}, user_);
   } catch (...) {
   }
@@ -402,11 +413,27 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
   std::size_t containers = 0;
   for (std::size_t pos = 0; (pos = list.find("\"Id\"", pos)) != std::string::npos; ++pos) ++containers;
   EXPECT_EQ(containers, std::string(c.expected_state) == "released" ? 0u : 1u) << list;
+  if (action == "rebuild") {
+    std::string container = "gpucloud-" + daemon_->installation_id() + "-" + std::string(settled.at("id").as_string());
+    EXPECT_EQ(shell("docker exec " + container + " sh -c 'hostname; cat /root/disk-file'"), "victim\nkept\n");
+    // The crashed attempt committed r1; the restarted one found the old container and made r2.
+    EXPECT_NE(docker_api("GET", "/images/json?filters=%7B%22label%22%3A%5B%22gpucloud.installation%3D" + daemon_->installation_id() +
+                                    "%22%5D%7D")
+                  .find(":r2\""),
+              std::string::npos);
+    ASSERT_EQ(daemon_->request("DELETE", "/api/v1/instances/victim", "", user_).status, 202);
+    ASSERT_EQ(daemon_->wait_for_state("victim", "released", user_).at("state").as_string(), "released");
+    EXPECT_EQ(docker_api("GET", "/images/json?filters=%7B%22label%22%3A%5B%22gpucloud.installation%3D" + daemon_->installation_id() +
+                                    "%22%5D%7D"),
+              "[]\n")
+        << "release removes every system image, the crashed rebuild's too";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, InstanceCrashTest,
                          ::testing::Values(CrashCase{"create.after_engine", "create", "running"},
                                            CrashCase{"start.after_engine", "start", "running"},
+                                           CrashCase{"rebuild.after_commit", "rebuild", "running"},
                                            CrashCase{"release.before_state_commit", "release", "released"}),
                          [](const auto& info) {
                            std::string name = info.param.fault;

@@ -7,7 +7,7 @@
 #include "api/json_input.h"
 #include "core/ids.h"
 #include "core/time_format.h"
-#include "instances/fault_points.h"
+#include "core/fault_points.h"
 #include "instances/images.h"
 #include "instances/password_hash.h"
 #include "instances/ssh_keys.h"

@@ -1,4 +1,4 @@
-#include "instances/fault_points.h"
+#include "core/fault_points.h"
 
 #include <csignal>
 #include <cstdlib>
