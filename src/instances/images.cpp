@@ -76,6 +76,13 @@ Result<std::vector<Image>> list_images(store::Database& db, const std::string& v
   return out;
 }
 
+Result<Image> find_image_by_id(store::Database& db, const std::string& id) {
+  auto row = db.one(std::string(kColumns) + "WHERE id = ?", {id});
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::not_found, "image " + id + " not found");
+  return image_from(**row);
+}
+
 Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name) {
   auto row = db.one(std::string(kColumns) +
                         "WHERE state != 'deleted' AND (visibility = 'public' OR owner = ?) AND (id = ? OR name = ?) "

@@ -32,6 +32,7 @@ struct Image {
 // Lists the base image and the config's images as public images (kept in step with the config).
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now);
 Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer);
+Result<Image> find_image_by_id(store::Database& db, const std::string& id);
 // Public images and the viewer's own; others' private images are "not found".
 Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name);
 boost::json::object image_json(const Image& image);

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/ids.h"
+#include "events/events.h"
 #include "core/fault_points.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
@@ -246,7 +247,7 @@ asio::awaitable<void> InstanceService::refresh_images() {
   bool pulling = false;
   for (const auto& [ref, seen] : found->as_object())
     pulling = pulling || (seen.is_object() && seen.as_object().contains("pulling") && seen.as_object().at("pulling").as_bool());
-  auto record = [images = *images, found = found->as_object(), host](store::Database& db) -> Status {
+  auto record = [images = *images, found = found->as_object(), host, event_time = clock_.now()](store::Database& db) -> Status {
     for (const auto& img : images) {
       const auto* o = found.if_contains(img.engine_image);
       if (o == nullptr || !o->is_object()) continue;
@@ -259,10 +260,21 @@ asio::awaitable<void> InstanceService::refresh_images() {
       std::string before = img.state + "|" + img.state_reason + "|" + std::to_string(img.size_bytes);
       if (auto s = record_engine_image(db, img, seen, host); !s) return s;
       auto now = db.one("SELECT state || '|' || state_reason || '|' || size_bytes FROM images WHERE id = ?", {img.id});
-      if (now && *now && (*now)->text(0) != before)
+      if (now && *now && (*now)->text(0) != before) {
         spdlog::log(seen.present ? spdlog::level::info : spdlog::level::warn,
                     R"({{"event":"image_state","image":"{}","engine_image":"{}","now":"{}"}})", img.name, img.engine_image,
                     (*now)->text(0));
+        auto after = find_image_by_id(db, img.id);
+        if (after && after->state != img.state) {
+          std::string type = after->state == "creating" ? "image.pulling" : "image." + after->state;
+          std::string message = "image " + img.name + " is " + (after->state == "creating" ? "being pulled" : after->state) +
+                                (after->state_reason.empty() ? "" : ": " + after->state_reason);
+          if (auto s = events::record(db, event_time, type, img.id, img.owner, message,
+                                      json::object{{"name", img.name}, {"state", after->state}, {"size_bytes", after->size_bytes}});
+              !s)
+            return s;
+        }
+      }
     }
     return ok();
   };
@@ -329,12 +341,31 @@ asio::awaitable<void> InstanceService::reconcile() {
     if (unknown != outcome->observed.end() && unknown->value().is_array()) {
       for (const auto& v : unknown->value().as_array()) {
         std::string container = observed_string(v.as_object(), "container_id");
-        // Ours by label but unrecorded: stopped and reported, never deleted.
-        spdlog::warn(R"({{"event":"unknown_container","host":"{}","container":"{}","action":"stopped"}})", host, container);
-        std::string stop_kind = "instance.stop_unknown";
-        json::object desired;
-        desired["container_id"] = container;
-        (void)co_await send(host, stop_kind, std::move(desired));
+        const bool running = v.as_object().contains("running") && v.as_object().at("running").as_bool();
+        // Ours by label but unrecorded: stopped and reported (once), never deleted.
+        if (!running && reported_unknown_.contains(container)) continue;
+        bool ok_stop = true;
+        if (running) {
+          spdlog::warn(R"({{"event":"unknown_container","host":"{}","container":"{}","action":"stopped"}})", host, container);
+          std::string stop_kind = "instance.stop_unknown";
+          json::object desired;
+          desired["container_id"] = container;
+          auto stopped = co_await send(host, stop_kind, std::move(desired));
+          ok_stop = stopped && stopped->ok;
+        }
+        if (!reported_unknown_.insert(container).second) continue;
+        // An operator event (no user), once per container and daemon run.
+        auto report = [host, container, ok_stop, now = clock_.now()](store::Database& db) -> Status {
+          auto id = db.one("SELECT id FROM hosts WHERE name = ?", {host});
+          if (!id) return fail(id.error());
+          std::string resource = *id ? (*id)->text(0) : host;
+          return events::record(db, now, "host.unknown_container", resource, std::nullopt,
+                                "container " + container.substr(0, 12) + " on " + host +
+                                    " carries this installation's label but no instance: " +
+                                    (ok_stop ? "stopped, not deleted" : "could not be stopped"),
+                                json::object{{"host", host}, {"container_id", container}, {"stopped", ok_stop}});
+        };
+        if (auto s = co_await store_.write(std::move(report)); !s) spdlog::warn("reconcile report: {}", s.error().detail);
       }
     }
   }

@@ -49,7 +49,8 @@ class InstanceService {
   // Asks the engine about each public image: its size, or that it is missing.
   boost::asio::awaitable<void> refresh_images();
   boost::asio::awaitable<void> follow_up_images();
-  bool images_followup_ = false;  // a quicker look is scheduled while a pull runs
+  bool images_followup_ = false;
+  std::set<std::string> reported_unknown_;  // unknown containers already reported (this run)  // a quicker look is scheduled while a pull runs
   boost::asio::awaitable<void> refresh(std::string id);
 
   boost::asio::any_io_executor loop_;

@@ -53,7 +53,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
 }
 
 asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent) {
-  hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, std::move(agent));
+  hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent));
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;

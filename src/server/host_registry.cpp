@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include "events/events.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 
@@ -10,8 +11,9 @@ namespace gpucloud::server {
 namespace asio = boost::asio;
 
 HostRegistry::HostRegistry(asio::any_io_executor loop, const config::Config& config, store::Store& store,
-                           std::unique_ptr<agent::HostAgent> agent, std::chrono::seconds unreachable_after)
-    : loop_(loop), config_(config), store_(store), agent_(std::move(agent)), unreachable_after_(unreachable_after),
+                           PlatformClock& clock, std::unique_ptr<agent::HostAgent> agent,
+                           std::chrono::seconds unreachable_after)
+    : loop_(loop), config_(config), store_(store), clock_(clock), agent_(std::move(agent)), unreachable_after_(unreachable_after),
       check_timer_(loop) {}
 
 HostRegistry::~HostRegistry() { check_timer_.cancel(); }
@@ -20,11 +22,22 @@ asio::awaitable<Status> HostRegistry::start() {
   agent_->on_heartbeat([this](agent::Heartbeat beat) { on_heartbeat(std::move(beat)); });
   auto hosts = co_await agent_->register_hosts();
   if (!hosts) co_return tl::unexpected(hosts.error());
-  auto record = [this, hosts = *hosts](store::Database& db) -> Status {
+  auto record = [this, hosts = *hosts, now = clock_.now()](store::Database& db) -> Status {
     if (auto s = market::seed_prices(db, config_); !s) return s;
     for (const auto& inventory : hosts) {
       auto host = market::upsert_host(db, inventory, config_, system_now());
       if (!host) return tl::unexpected(host.error());
+      std::string message = "host " + inventory.name + " registered in " + inventory.zone + ": " +
+                            std::to_string(inventory.gpus.size()) + (inventory.simulated ? " simulated" : "") + " GPUs, " +
+                            std::to_string(inventory.cpu) + " CPU cores, " + std::to_string(inventory.memory_gib) + " GiB";
+      if (!inventory.inventory_error.empty()) message += " (" + inventory.inventory_error + ")";
+      boost::json::object data{{"name", inventory.name},
+                               {"zone", inventory.zone},
+                               {"gpus", inventory.gpus.size()},
+                               {"simulated", inventory.simulated},
+                               {"inventory", inventory.inventory_source}};
+      // Operator events: no user, so only the operator sees them.
+      if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
     }
     return ok();
   };
@@ -56,8 +69,16 @@ asio::awaitable<void> HostRegistry::check_liveness() {
     bool alive = now - seen < unreachable_after_;
     if (alive == reachable_[name]) continue;
     reachable_[name] = alive;
-    auto update = [name, alive](store::Database& db) {
-      return market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
+    auto update = [name, alive, now = clock_.now()](store::Database& db) -> Status {
+      if (auto s = market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
+          !s)
+        return s;
+      auto id = db.one("SELECT id FROM hosts WHERE name = ?", {name});
+      if (!id || !*id) return ok();
+      std::string state = alive ? "ready" : "unreachable";
+      return events::record(db, now, "host." + state, (*id)->text(0), std::nullopt,
+                            "host " + name + (alive ? " answers again" : " stopped answering: its heartbeats ceased"),
+                            boost::json::object{{"name", name}, {"state", state}});
     };
     if (auto s = co_await store_.write(std::move(update)); !s) spdlog::warn("host {}: {}", name, s.error().detail);
     spdlog::info(R"({{"event":"host_{}","host":"{}"}})", alive ? "ready" : "unreachable", name);

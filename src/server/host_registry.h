@@ -11,13 +11,14 @@
 
 #include "agent/host_agent.h"
 #include "config/config.h"
+#include "core/platform_clock.h"
 #include "store/store.h"
 
 namespace gpucloud::server {
 
 class HostRegistry {
  public:
-  HostRegistry(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store,
+  HostRegistry(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store, PlatformClock& clock,
                std::unique_ptr<agent::HostAgent> agent, std::chrono::seconds unreachable_after = std::chrono::seconds(30));
   ~HostRegistry();
 
@@ -33,6 +34,7 @@ class HostRegistry {
   boost::asio::any_io_executor loop_;
   const config::Config& config_;
   store::Store& store_;
+  PlatformClock& clock_;  // stamps the host.* events
   std::unique_ptr<agent::HostAgent> agent_;
   std::chrono::seconds unreachable_after_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_heartbeat_;

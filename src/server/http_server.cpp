@@ -1,7 +1,8 @@
 #include "server/http_server.h"
 
-#include <boost/asio.hpp>
+#include <array>
 
+#include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
@@ -104,6 +105,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   connections_.emplace(id, Connection{&stream, false});
   app_.metrics().connection_opened();
   beast::flat_buffer buffer;
+  bool unread_body = false;  // a refused body is still arriving when we close
 
   while (!stopping_) {
     http::request_parser<http::string_body> parser;
@@ -128,6 +130,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     bool keep_alive = false;
     unsigned version = parser.get().version();
     if (too_large) {
+      unread_body = true;
       response = problem_response(Error{ErrorCode::payload_too_large,
                                         "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes",
                                         {}, 0});
@@ -180,6 +183,18 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     if (write_ec || !keep_alive) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (unread_body) {
+    // Lingering close: read and drop what the client is still sending, so closing does not
+    // reset the connection under it before it has read our 413 (bounded in time and bytes).
+    stream.expires_after(std::chrono::seconds(2));
+    std::array<char, 16 * 1024> sink{};
+    std::size_t drained = 0;
+    while (drained < 64u * 1024 * 1024) {
+      auto [drain_ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+      if (drain_ec) break;
+      drained += n;
+    }
+  }
   stream.close();
   connections_.erase(id);
   app_.metrics().connection_closed();

@@ -299,6 +299,23 @@ TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownCon
   EXPECT_NE(stray_state.find("\"Running\":false"), std::string::npos) << "the unknown container is stopped";
   EXPECT_NE(docker_api("GET", "/containers/" + foreign + "/json").find("\"Running\":true"), std::string::npos)
       << "a container of no installation is never touched";
+  // The operator is told, once (later reconciles find it stopped and stay quiet); users are not.
+  std::string admin = daemon_->admin_token();
+  std::this_thread::sleep_for(std::chrono::seconds(11));  // one more reconcile
+  auto reports = daemon_->get("/api/v1/events?limit=1000", admin).json();
+  int unknown_reports = 0, registered = 0;
+  for (const auto& e : reports.at("items").as_array()) {
+    if (e.at("type").as_string() == "host.unknown_container") {
+      ++unknown_reports;
+      EXPECT_TRUE(e.at("user").is_null());
+      EXPECT_NE(std::string(e.at("message").as_string()).find("stopped, not deleted"), std::string::npos) << e;
+    }
+    if (e.at("type").as_string() == "host.registered") ++registered;
+  }
+  EXPECT_EQ(unknown_reports, 1);
+  EXPECT_EQ(registered, 1) << "one host, registered once at start";
+  auto users_view = daemon_->get("/api/v1/events?limit=1000", user_).json();
+  for (const auto& e : users_view.at("items").as_array()) EXPECT_TRUE(e.at("type").as_string().starts_with("instance.")) << e;
   docker_api("DELETE", "/containers/" + foreign + "?force=1");
   docker_api("DELETE", "/containers/" + stray + "?force=1");
 }
