@@ -50,6 +50,9 @@ price_per_gpu_month = 390000
 cpu = 1
 memory_gib = 2      # differs from 1 GPU's share: a no-GPU start needs another container size
 price_per_hour = 10
+[quotas]
+gpus = 2
+instances = 4
 [[images]]
 name = "not-here"
 engine_image = "gpucloud-no-such-registry.invalid/nothing:1"
@@ -260,6 +263,37 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepin
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/g2", "", user_).status, 202);
   ASSERT_EQ(daemon_.wait_for_state("g2", "released", user_).at("state").as_string(), "released");
   EXPECT_EQ(docker_api("GET", images_of_instance).find("gpucloud-system/"), std::string::npos);
+}
+
+// The GPU limit binds a start as it binds a create, and never a no-GPU instance.
+TEST_F(InstanceApiTest, DOCKER_ROOT_GpuQuotaHoldsForStartsAndNotForNoGpuInstances) {
+  need_engine();
+  auto create = [&](const std::string& name, const json::object& extra) {
+    json::object body{{"name", name}};
+    for (const auto& [k, v] : extra) body[k] = v;
+    return daemon_.post("/api/v1/instances", body, user_);
+  };
+  ASSERT_EQ(create("q1", {{"gpu_model", "RTX 4090"}, {"gpu_count", 2}}).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("q1", "running", user_).at("state").as_string(), "running");
+  auto over = create("q2", {{"gpu_model", "A100"}, {"zone", "zone-b"}, {"gpu_count", 1}});
+  EXPECT_EQ(over.status, 403) << over.body;
+  EXPECT_EQ(over.code(), "quota_exceeded");
+  auto no_gpu = create("q3", {{"gpu_count", 0}});
+  ASSERT_EQ(no_gpu.status, 202) << "a no-GPU instance adds no GPU: " << no_gpu.body;
+  ASSERT_EQ(daemon_.wait_for_state("q3", "running", user_).at("state").as_string(), "running");
+
+  // q1 stops (its GPUs go back), q4 takes one A100, then q1's start would hold 3.
+  ASSERT_EQ(daemon_.post("/api/v1/instances/q1/stop", json::object{}, user_).status, 202);
+  ASSERT_EQ(daemon_.wait_for_state("q1", "stopped", user_).at("state").as_string(), "stopped");
+  ASSERT_EQ(create("q4", {{"gpu_model", "A100"}, {"zone", "zone-b"}, {"gpu_count", 1}}).status, 202);
+  auto start = daemon_.post("/api/v1/instances/q1/start", json::object{}, user_);
+  EXPECT_EQ(start.status, 403) << start.body;
+  EXPECT_EQ(start.code(), "quota_exceeded");
+  EXPECT_NE(start.json().at("detail").as_string().find("you hold 1"), std::string::npos) << start.body;
+  EXPECT_EQ(daemon_.get("/api/v1/instances/q1", user_).json().at("state").as_string(), "stopped") << "nothing changed";
+  // Without its GPUs it may start.
+  ASSERT_EQ(daemon_.post("/api/v1/instances/q1/start", json::object{{"no_gpu", true}}, user_).status, 202);
+  EXPECT_EQ(daemon_.wait_for_state("q1", "running", user_).at("state").as_string(), "running");
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_TheImageMarketSaysWhatTheEngineHolds) {

@@ -208,8 +208,10 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     if (!counts) return tl::unexpected(counts.error());
     if ((*counts)->int64(0) + 1 > quotas.instances)
       return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.instances) + " instances");
-    if ((*counts)->int64(1) + spec.gpu_count > quotas.gpus)
-      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.gpus) + " GPUs held at once");
+    // Only what adds GPUs can pass the GPU limit (a no-GPU instance never does).
+    if (spec.gpu_count > 0 && (*counts)->int64(1) + spec.gpu_count > quotas.gpus)
+      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.gpus) + " GPUs held at once; you hold " +
+                                                 std::to_string((*counts)->int64(1)));
     auto taken = db.one("SELECT 1 FROM instances WHERE owner = ? AND name = ? AND state != 'released'", {owner, spec.name});
     if (!taken) return tl::unexpected(taken.error());
     if (*taken) return fail(ErrorCode::conflict, "you already have an instance named " + spec.name);
@@ -357,11 +359,22 @@ asio::awaitable<Result<Response>> start(RequestContext& ctx) {
   bool no_gpu = no_gpu_flag->value_or(false);
   const config::Config& cfg = ctx.app.config();
   auto now = ctx.app.clock().now();
-  auto step = [&cfg, no_gpu, now](store::Database& db, Instance& i) -> Status {
+  const auto quotas = cfg.quotas;
+  auto step = [&cfg, quotas, no_gpu, now](store::Database& db, Instance& i) -> Status {
     if (i.state == "starting") return ok();
     if (i.state != "stopped") return fail(ErrorCode::conflict, "the instance is " + i.state + "; only a stopped instance can start");
     if (!i.host_id) return fail(ErrorCode::conflict, "the instance has no host");
     bool gpu_run = !no_gpu && i.gpu_count > 0;
+    if (gpu_run) {
+      // A start takes GPUs again: the same limit as a create (spec, "Quotas").
+      auto held = db.one("SELECT COALESCE(SUM(gpu_count), 0) FROM instances WHERE owner = ? AND id != ? AND no_gpu = 0 "
+                         "AND state IN ('creating','starting','running','stopping')",
+                         {i.owner, i.id});
+      if (!held) return tl::unexpected(held.error());
+      if ((*held)->int64(0) + i.gpu_count > quotas.gpus)
+        return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.gpus) + " GPUs held at once; you hold " +
+                                                   std::to_string((*held)->int64(0)) + "; start it with no_gpu to reach its data");
+    }
     const config::Offer* offer = i.gpu_model ? cfg.find_offer(*i.gpu_model) : nullptr;
     Instance next = i;
     next.no_gpu = !gpu_run && i.gpu_count > 0;
