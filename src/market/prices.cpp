@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <boost/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "api/json_input.h"
 
@@ -36,20 +37,50 @@ PriceTable from_config(const config::Config& c) {
 }
 }  // namespace
 
+namespace {
+// The config's prices as last applied, so a later start can tell an edited config (apply
+// it) from an unchanged one (keep what PUT /admin/prices set since).
+json::object config_snapshot(const PriceTable& t) {
+  json::object gpus;
+  for (const auto& [model, p] : t.gpus) gpus[model] = json::array{p.per_gpu_hour, p.per_gpu_week, p.per_gpu_month};
+  json::object o{{"gpus", std::move(gpus)}};
+  for (const auto& np : kOtherPrices) o[np.name] = t.*np.field;
+  return o;
+}
+}  // namespace
+
 Status seed_prices(store::Database& db, const config::Config& config) {
   PriceTable t = from_config(config);
-  for (const auto& [model, p] : t.gpus)
-    if (auto s = db.run("INSERT INTO gpu_prices (gpu_model, price_per_gpu_hour, price_per_gpu_week, price_per_gpu_month) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (gpu_model) DO NOTHING",
-                        {model, p.per_gpu_hour, p.per_gpu_week, p.per_gpu_month});
-        !s)
-      return s;
-  for (const auto& np : kOtherPrices)
-    if (auto s = db.run("INSERT INTO other_prices (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-                        {np.name, t.*np.field});
-        !s)
-      return s;
-  return ok();
+  json::object now = config_snapshot(t);
+  json::object before;
+  auto meta = db.one("SELECT value FROM meta WHERE key = 'config_prices'");
+  if (!meta) return fail(meta.error());
+  if (*meta) {
+    boost::system::error_code ec;
+    auto parsed = json::parse((*meta)->text(0), ec);
+    if (!ec && parsed.is_object()) before = std::move(parsed.as_object());
+  }
+  const json::object* before_gpus = before.contains("gpus") && before.at("gpus").is_object() ? &before.at("gpus").as_object() : nullptr;
+  for (const auto& [model, p] : t.gpus) {
+    // New model: insert. Known model whose config price changed since last start: apply it.
+    bool changed = before_gpus && before_gpus->contains(model) && before_gpus->at(model) != now.at("gpus").at(model);
+    std::string sql = std::string("INSERT INTO gpu_prices (gpu_model, price_per_gpu_hour, price_per_gpu_week, price_per_gpu_month) "
+                                  "VALUES (?, ?, ?, ?) ON CONFLICT (gpu_model) DO ") +
+                      (changed ? "UPDATE SET price_per_gpu_hour = excluded.price_per_gpu_hour, "
+                                 "price_per_gpu_week = excluded.price_per_gpu_week, price_per_gpu_month = excluded.price_per_gpu_month"
+                               : "NOTHING");
+    if (auto s = db.run(sql, {model, p.per_gpu_hour, p.per_gpu_week, p.per_gpu_month}); !s) return s;
+    if (changed) spdlog::info(R"({{"event":"price_from_config","gpu_model":"{}","price_per_gpu_hour":{}}})", model, p.per_gpu_hour);
+  }
+  for (const auto& np : kOtherPrices) {
+    bool changed = before.contains(np.name) && before.at(np.name) != now.at(np.name);
+    std::string sql = std::string("INSERT INTO other_prices (name, value) VALUES (?, ?) ON CONFLICT (name) DO ") +
+                      (changed ? "UPDATE SET value = excluded.value" : "NOTHING");
+    if (auto s = db.run(sql, {np.name, t.*np.field}); !s) return s;
+    if (changed) spdlog::info(R"({{"event":"price_from_config","name":"{}","value":{}}})", np.name, t.*np.field);
+  }
+  return db.run("INSERT INTO meta (key, value) VALUES ('config_prices', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                {json::serialize(now)});
 }
 
 Result<PriceTable> load_prices(store::Database& db) {

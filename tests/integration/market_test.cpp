@@ -1,5 +1,7 @@
 // Hosts, the market and reservations through the real daemon: three simulated hosts, free
 // counts that follow reservations made by the store and scheduler.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "support/test_daemon.h"
@@ -141,6 +143,35 @@ TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/a", "", user_).status, 202);
   daemon_.wait_for_state("a", "released", user_);
   EXPECT_EQ(free_rtx(), 4);  // node-1 whole again; node-2's 2 remaining GPUs have no CPU
+}
+
+// The config seeds the price table; PUT /admin/prices changes it and the change survives
+// restarts, until the operator edits that price in the config, which then wins.
+TEST_F(MarketTest, PricesFromTheApiLastUntilTheConfigPriceChanges) {
+  std::string admin = daemon_.admin_token();
+  auto prices = daemon_.get("/api/v1/admin/prices", admin).json().as_object();
+  for (auto& g : prices.at("gpus").as_array())
+    if (g.at("gpu_model").as_string() == "RTX 4090") g.as_object()["price_per_gpu_hour"] = 250;
+  prices.erase("currency");
+  ASSERT_EQ(daemon_.request("PUT", "/api/v1/admin/prices", json::serialize(prices), admin).status, 200);
+  auto price_of = [&](const char* zone, const char* model) {
+    return find_offer(daemon_.get("/api/v1/market", user_).json(), zone, model).at("price_per_gpu_hour").as_int64();
+  };
+  EXPECT_EQ(price_of("zone-a", "RTX 4090"), 250);
+
+  daemon_.restart();
+  user_ = daemon_.login("marketuser", "password-123");
+  EXPECT_EQ(price_of("zone-a", "RTX 4090"), 250) << "an unchanged config keeps the operator's API price";
+
+  std::string config = kThreeHosts;
+  auto at = config.find("price_per_gpu_hour = 198");
+  ASSERT_NE(at, std::string::npos);
+  config.replace(at, std::string("price_per_gpu_hour = 198").size(), "price_per_gpu_hour = 300");
+  std::ofstream(daemon_.dir() + "/gpucloud.toml") << config;
+  daemon_.restart();
+  user_ = daemon_.login("marketuser", "password-123");
+  EXPECT_EQ(price_of("zone-a", "RTX 4090"), 300) << "the edited config price applies";
+  EXPECT_EQ(price_of("zone-b", "A100"), 798) << "untouched prices stay";
 }
 
 TEST_F(MarketTest, AdminHostsAndPricesAreForTheOperator) {
