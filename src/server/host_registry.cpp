@@ -1,5 +1,7 @@
 #include "server/host_registry.h"
 
+#include <algorithm>
+
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
@@ -38,6 +40,23 @@ asio::awaitable<Status> HostRegistry::start() {
                                {"inventory", inventory.inventory_source}};
       // Operator events: no user, so only the operator sees them.
       if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
+    }
+    // A host the store knows but no agent registered now (taken out of the config, or its
+    // agent gone): unreachable, so nothing is placed on it and the market does not count it.
+    // Its record stays: instances may still name it.
+    auto known = db.all("SELECT id, name FROM hosts WHERE state != 'unreachable'");
+    if (!known) return tl::unexpected(known.error());
+    for (const auto& row : *known) {
+      std::string name = row.text(1);
+      bool registered = std::any_of(hosts.begin(), hosts.end(), [&](const agent::HostInventory& h) { return h.name == name; });
+      if (registered) continue;
+      if (auto s = market::set_host_state(db, name, "unreachable", std::nullopt); !s) return s;
+      if (auto s = events::record(db, now, "host.unreachable", row.text(0), std::nullopt,
+                                  "host " + name + " was not registered at this start (no longer in the configuration?)",
+                                  boost::json::object{{"name", name}, {"state", "unreachable"}});
+          !s)
+        return s;
+      spdlog::warn(R"({{"event":"host_not_registered","host":"{}","state":"unreachable"}})", name);
     }
     return ok();
   };

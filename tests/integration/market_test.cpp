@@ -174,6 +174,41 @@ TEST_F(MarketTest, PricesFromTheApiLastUntilTheConfigPriceChanges) {
   EXPECT_EQ(price_of("zone-b", "A100"), 798) << "untouched prices stay";
 }
 
+// A host taken out of the config is unreachable after the restart (nothing placed there,
+// nothing counted free), and ready again when it comes back.
+TEST_F(MarketTest, AHostNoLongerRegisteredIsUnreachable) {
+  std::string config = kThreeHosts;
+  auto begin = config.find("[[hosts]]\nname = \"node-3\"");
+  auto end = config.find("[[offers]]");
+  ASSERT_NE(begin, std::string::npos);
+  std::ofstream(daemon_.dir() + "/gpucloud.toml") << config.substr(0, begin) + config.substr(end);
+  daemon_.restart();
+  std::string admin = daemon_.admin_token();
+  user_ = daemon_.login("marketuser", "password-123");
+  auto state_of = [&](const std::string& name) {
+    auto hosts = daemon_.get("/api/v1/admin/hosts", admin).json();
+    for (const auto& h : hosts.at("items").as_array())
+      if (h.at("name").as_string() == name) return std::string(h.at("state").as_string());
+    return std::string("absent");
+  };
+  EXPECT_EQ(state_of("node-3"), "unreachable");
+  EXPECT_EQ(state_of("node-1"), "ready");
+  auto a100 = find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-b", "A100");
+  if (!a100.empty()) EXPECT_EQ(a100.at("gpus_free").as_int64(), 0);
+  auto refused = daemon_.post("/api/v1/instances", {{"name", "x"}, {"zone", "zone-b"}, {"gpu_model", "A100"}, {"gpu_count", 1}}, user_);
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  bool told = false;
+  auto events = daemon_.get("/api/v1/events?limit=1000", admin).json();
+  for (const auto& e : events.at("items").as_array())
+    told = told || (e.at("type").as_string() == "host.unreachable" && std::string(e.at("message").as_string()).find("node-3") != std::string::npos);
+  EXPECT_TRUE(told);
+
+  std::ofstream(daemon_.dir() + "/gpucloud.toml") << config;
+  daemon_.restart();
+  admin = daemon_.admin_token();
+  EXPECT_EQ(state_of("node-3"), "ready");
+}
+
 TEST_F(MarketTest, AdminHostsAndPricesAreForTheOperator) {
   EXPECT_EQ(daemon_.get("/api/v1/admin/hosts", user_).status, 403);
   EXPECT_EQ(daemon_.get("/api/v1/admin/prices", user_).status, 403);
