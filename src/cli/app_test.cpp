@@ -591,6 +591,17 @@ TEST_F(CliAppTest, AdminPricesShowsATableInYuan) {
   EXPECT_EQ(json::parse(out_.str()), json::parse(table));
 }
 
+TEST_F(CliAppTest, RepeatableFlagsTakeOneValueEach) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/instances", 202, kRunning);
+  EXPECT_EQ(run({"create", "--port", "8888", "train-1", "--key", "a", "--key", "b", "--port", "6006", "--gpu", "RTX 4090:1",
+                 "--no-wait"}),
+            0)
+      << err_.str();
+  EXPECT_EQ(body_of(server_.requests.front()),
+            json::parse(R"({"name":"train-1","gpu_model":"RTX 4090","gpu_count":1,"ports":[22,8888,6006],"ssh_keys":["a","b"]})"));
+}
+
 TEST_F(CliAppTest, CreateWithoutAnImageLeavesTheChoiceToTheServer) {
   env_["GPUCLOUD_TOKEN"] = "t";
   server_.on("POST", "/api/v1/instances", 202, kRunning);

@@ -80,8 +80,10 @@ void add_instance_flags(CLI::App& cmd, InstanceArgs& a, bool for_create) {
   cmd.add_option("--zone", a.zone, "zone (default: the platform picks)");
   cmd.add_option("--system-disk", a.system_disk, "system disk size in GiB (default 30)");
   cmd.add_option("--port", a.ports,
-                 "a port the instance serves, in addition to 22 (repeatable, at most 10 in all)");
-  cmd.add_option("--key", a.keys, "SSH key name or id to authorize (repeatable)");
+                 "a port the instance serves, in addition to 22 (repeatable, at most 10 in all)")
+      ->allow_extra_args(false);  // one value per flag: `--port 8888 NAME` leaves NAME alone
+  cmd.add_option("--key", a.keys, "SSH key name or id to authorize (repeatable)")
+      ->allow_extra_args(false);
   cmd.add_flag("--password-stdin", a.password_stdin,
                "read a root password for SSH from the first line of standard input");
   cmd.add_option("--billing", a.billing, "hourly (pay as you go), weekly or monthly")
@@ -91,9 +93,11 @@ void add_instance_flags(CLI::App& cmd, InstanceArgs& a, bool for_create) {
   cmd.add_option("--autostop-idle", a.autostop_idle,
                  "stop after this many minutes with the GPUs idle");
   cmd.add_option("--data-disk", a.data_disks,
-                 "new data disk SIZE_GIB[:MOUNT_PATH] (default path /root/data; repeatable)");
+                 "new data disk SIZE_GIB[:MOUNT_PATH] (default path /root/data; repeatable)")
+      ->allow_extra_args(false);
   cmd.add_option("--attach", a.attach,
-                 "attach an existing data disk DISK[:MOUNT_PATH] (repeatable)");
+                 "attach an existing data disk DISK[:MOUNT_PATH] (repeatable)")
+      ->allow_extra_args(false);
   cmd.add_option("--sg", a.security_group, "security group (default: your `default` group)");
   cmd.add_flag("--no-wait", a.no_wait,
                for_create ? "return at once instead of waiting for `running`"
