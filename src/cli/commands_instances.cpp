@@ -385,7 +385,7 @@ void add_instance_commands(CLI::App& app, Registry& registry) {
   registry.on(estimate, [a](Context& ctx) { return do_estimate(ctx, a->spec); });
 
   auto* ls = app.add_subcommand("ls", "list your instances");
-  ls->add_flag("--all", a->all, "every user's instances (operator)");
+  ls->add_flag("--all", a->all, "every user's instances (operator); your own, released ones too (user)");
   registry.on(ls, [a](Context& ctx) { return do_ls(ctx, a->all); });
 
   auto* show = app.add_subcommand("show", "an instance in detail, with its SSH command");

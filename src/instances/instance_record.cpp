@@ -136,9 +136,11 @@ Result<Instance> find_owned_instance(store::Database& db, const std::string& own
 }
 
 Result<std::vector<Instance>> list_instances(store::Database& db, const std::optional<std::string>& owner,
-                                             const std::optional<std::string>& state) {
+                                             const std::optional<std::string>& state, bool with_released) {
   std::string sql = std::string(kColumns) + "WHERE (? IS NULL OR i.owner = ?) AND ";
-  sql += state ? "i.state = ? " : "(? IS NULL AND i.state != 'released') ";
+  if (state) sql += "i.state = ? ";
+  else if (with_released) sql += "(? IS NULL) ";
+  else sql += "(? IS NULL AND i.state != 'released') ";
   sql += "ORDER BY i.created_at DESC, i.id DESC";
   return load_many(db, sql, {owner, owner, state});
 }

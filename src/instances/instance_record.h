@@ -50,8 +50,9 @@ Status insert_instance(store::Database& db, const Instance& instance);
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id);
 // The owner's instance by id or name (not released); another user's is not found.
 Result<Instance> find_owned_instance(store::Database& db, const std::string& owner, const std::string& id_or_name);
+// Newest first; without a state filter, released ones only when `with_released`.
 Result<std::vector<Instance>> list_instances(store::Database& db, const std::optional<std::string>& owner,
-                                             const std::optional<std::string>& state);
+                                             const std::optional<std::string>& state, bool with_released = false);
 // Every instance that is not released (for reconciliation).
 Result<std::vector<Instance>> live_instances(store::Database& db);
 

@@ -173,6 +173,9 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_AReleasedInstanceAnswersReleasedAndEventsTak
   EXPECT_EQ(stop.status, 409);
   EXPECT_NE(stop.json().at("detail").as_string().find("released"), std::string::npos);
   EXPECT_EQ(daemon_.get("/api/v1/instances", user_).json().at("items").as_array().size(), 0u);
+  auto with_released = daemon_.get("/api/v1/instances?all=true", user_).json();
+  ASSERT_EQ(with_released.at("items").as_array().size(), 1u) << "a user's ?all=true includes their released ones";
+  EXPECT_EQ(with_released.at("items").as_array()[0].at("state").as_string(), "released");
 
   // Events by name: the released instance's whole history.
   auto events = daemon_.get("/api/v1/events?resource=r1", user_);

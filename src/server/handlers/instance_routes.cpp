@@ -275,9 +275,11 @@ asio::awaitable<Result<Response>> list_for(RequestContext& ctx, bool everyone) {
   if (!page) co_return tl::unexpected(page.error());
   auto query = ctx.request.query();
   std::optional<std::string> owner = ctx.caller().user.id;
+  // ?all=true: the operator sees every user's; a user sees all of their own, released too.
+  bool with_released = false;
   if (query["all"] == "true") {
-    if (!ctx.caller().user.is_admin()) co_return fail(ErrorCode::forbidden, "all=true is for the operator");
-    everyone = true;
+    if (ctx.caller().user.is_admin()) everyone = true;
+    else with_released = true;
   }
   if (everyone) owner.reset();
   std::optional<std::string> state;
@@ -287,7 +289,7 @@ asio::awaitable<Result<Response>> list_for(RequestContext& ctx, bool everyone) {
       co_return fail(ErrorCode::invalid_argument, "state: must be one of creating, running, stopping, stopped, starting, releasing, released, error");
     state = query["state"];
   }
-  auto read = [owner, state](store::Database& db) { return instances::list_instances(db, owner, state); };
+  auto read = [owner, state, with_released](store::Database& db) { return instances::list_instances(db, owner, state, with_released); };
   auto all = co_await ctx.app.store().read(std::move(read));
   if (!all) co_return tl::unexpected(all.error());
   auto& svc = ctx.app.instances();
