@@ -178,7 +178,8 @@ std::string render_instance(const json::value& inst) {
   kv.add("cpu", text(inst, "cpu"));
   if (auto mem = integer(inst, "memory_gib")) kv.add("memory", format_gib(*mem));
   if (auto disk = integer(inst, "system_disk_gib")) kv.add("system disk", format_gib(*disk));
-  kv.add("image", text(inst, "image"));
+  kv.add("image", text(inst, "image_name").empty() ? text(inst, "image")
+                                                  : text(inst, "image_name") + " (" + text(inst, "image") + ")");
   if (const auto* disks = member(inst, "data_disks"); disks && disks->is_array()) {
     for (const auto& d : disks->get_array()) {
       kv.add("data disk", fmt::format("{} at {}", text(d, "id"), text(d, "mount_path")));

@@ -29,6 +29,7 @@ struct Instance {
   bool no_gpu = false;  // running (or to start) at the no-GPU size
   std::int64_t system_disk_gib = 0;
   std::string image_id;
+  std::string image_name;  // read only (joined from images)
   std::vector<std::string> ssh_keys;  // key ids
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";

@@ -150,6 +150,8 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
   auto still = daemon_.get("/api/v1/instances/p1", user_);
   ASSERT_EQ(still.status, 200);
   EXPECT_EQ(still.json().at("name").as_string(), "p1");
+  EXPECT_EQ(still.json().at("image_name").as_string(), "debian-12-base");
+  EXPECT_TRUE(still.json().at("image").as_string().starts_with("img-"));
   EXPECT_EQ(daemon_.get("/api/v1/instances/renamed", user_).status, 404);
 
   auto renew = patch(json::object{{"billing", json::object{{"auto_renew", false}}}});
