@@ -1,6 +1,7 @@
 #pragma once
 // The OpenAPI 3 document, generated from the route table itself so it cannot drift from
-// what the server serves.
+// what the server serves; each route's shapes, statuses and parameters come from the table
+// in openapi_schemas.h (a route missing there is still listed, generically).
 #include <boost/json/object.hpp>
 
 #include "server/router.h"

@@ -1,0 +1,457 @@
+#include "server/openapi_schemas.h"
+
+#include <boost/json.hpp>
+
+namespace gpucloud::server::openapi {
+namespace json = boost::json;
+
+namespace {
+
+// Small builders, so each schema below reads like the JSON it describes.
+json::object str(std::string_view description = {}) {
+  json::object s{{"type", "string"}};
+  if (!description.empty()) s["description"] = description;
+  return s;
+}
+json::object integer(std::string_view description = {}) {
+  json::object s{{"type", "integer"}, {"format", "int64"}};
+  if (!description.empty()) s["description"] = description;
+  return s;
+}
+json::object boolean(std::string_view description = {}) {
+  json::object s{{"type", "boolean"}};
+  if (!description.empty()) s["description"] = description;
+  return s;
+}
+json::object time(std::string_view description = {}) {
+  json::object s = str(description);
+  s["format"] = "date-time";
+  return s;
+}
+json::object one_of(std::initializer_list<std::string_view> values, std::string_view description = {}) {
+  json::object s = str(description);
+  json::array e;
+  for (auto v : values) e.emplace_back(v);
+  s["enum"] = std::move(e);
+  return s;
+}
+json::object nullable(json::object s) {
+  s["nullable"] = true;
+  return s;
+}
+json::object ref(std::string_view component) {
+  return {{"$ref", "#/components/schemas/" + std::string(component)}};
+}
+// OpenAPI 3.0 ignores siblings of $ref, so a nullable reference goes through allOf.
+json::object nullable_ref(std::string_view component, std::string_view description = {}) {
+  json::object s{{"nullable", true}, {"allOf", json::array{ref(component)}}};
+  if (!description.empty()) s["description"] = description;
+  return s;
+}
+json::object array_of(json::object items, std::string_view description = {}) {
+  json::object s{{"type", "array"}, {"items", std::move(items)}};
+  if (!description.empty()) s["description"] = description;
+  return s;
+}
+json::object with(json::object s, std::string_view key, json::value v) {
+  s[key] = std::move(v);
+  return s;
+}
+// An object with these properties; `required` names those always present (answers) or
+// demanded (requests).
+json::object object(json::object properties, std::initializer_list<std::string_view> required = {},
+                    std::string_view description = {}) {
+  json::object s{{"type", "object"}};
+  if (!description.empty()) s["description"] = description;
+  if (required.size()) {
+    json::array r;
+    for (auto name : required) r.emplace_back(name);
+    s["required"] = std::move(r);
+  }
+  s["properties"] = std::move(properties);
+  return s;
+}
+// Every key of an answer object: the handler emits them all, null where api.md says so.
+json::object answer(json::object properties, std::string_view description = {}) {
+  json::object s{{"type", "object"}};
+  if (!description.empty()) s["description"] = description;
+  json::array r;
+  for (const auto& p : properties) r.emplace_back(p.key());
+  s["required"] = std::move(r);
+  s["properties"] = std::move(properties);
+  return s;
+}
+json::object list_of(std::string_view item) {
+  return answer({{"items", array_of(ref(item))},
+                 {"next_cursor", nullable(str("Pass as `cursor` for the next page; null on the last page"))}},
+                "A page of " + std::string(item) + " items");
+}
+
+constexpr const char* kNamePattern = "^[a-z][a-z0-9-]{0,62}$";
+constexpr const char* kUsernamePattern = "^[a-z][a-z0-9_-]{2,31}$";
+
+json::object instance_schemas(json::object& s) {
+  s["InstanceGpu"] = answer({{"index", integer()}, {"uuid", str()}, {"simulated", boolean()}});
+  s["InstanceSsh"] = answer({{"host", str()},
+                             {"port", integer("The host port that forwards to the instance's port 22")},
+                             {"user", one_of({"root"})},
+                             {"command", str("e.g. ssh -p 30022 root@HOST")},
+                             {"host_key", nullable(str("ssh-ed25519 AAAA...; null until the instance first ran"))}});
+  s["InstancePort"] = answer({{"port", integer("The instance's port")},
+                              {"protocol", one_of({"tcp", "udp"})},
+                              {"host", str()},
+                              {"host_port", integer()},
+                              {"allowed", boolean()}});
+  s["InstanceBilling"] = answer({{"mode", one_of({"hourly", "weekly", "monthly"})},
+                                 {"auto_renew", boolean()},
+                                 {"expires_at", nullable(time())},
+                                 {"price_per_hour", integer("Smallest currency unit per hour")},
+                                 {"currency", str()}});
+  s["DataDiskAttachment"] = object({{"id", str()}, {"mount_path", str()}}, {"id", "mount_path"});
+  s["Autostop"] = object({{"idle_minutes", with(integer(), "minimum", 1)},
+                          {"gpu_util_below_percent", with(with(integer(), "minimum", 0), "maximum", 100)}});
+  json::object instance_states = one_of({"creating", "starting", "running", "stopping", "stopped", "releasing", "released", "error"});
+  return answer(
+      {{"id", str("i-...")},
+       {"name", str()},
+       {"owner", str("The owner's user id")},
+       {"state", std::move(instance_states)},
+       {"state_reason", nullable(str("Why it is in this state (e.g. restart, an error)"))},
+       {"zone", str()},
+       {"host", nullable(str("The host's name"))},
+       {"gpu_model", nullable(str())},
+       {"gpu_count", integer()},
+       {"gpus", array_of(ref("InstanceGpu"), "The GPUs it holds now (none while stopped or no-GPU)")},
+       {"simulated", boolean("Its GPUs are simulated")},
+       {"cpu", integer()},
+       {"cpu_capped_to_machine", boolean("Fewer CPUs than `cpu` exist on the host; the container got them all")},
+       {"memory_gib", integer()},
+       {"system_disk_gib", integer()},
+       {"image", str("The image id")},
+       {"image_name", str("The image's name")},
+       {"no_gpu", boolean("Running (or to start) at the no-GPU size")},
+       {"data_disks", array_of(ref("DataDiskAttachment"))},
+       {"security_group", nullable(str())},
+       {"ssh", nullable_ref("InstanceSsh", "null when port 22 is not published")},
+       {"ssh_keys", array_of(str(), "Ids of the authorized SSH keys")},
+       {"password_login", boolean("A root password was set")},
+       {"ports", array_of(ref("InstancePort"))},
+       {"ipv4", nullable(str("The container's address on the host"))},
+       {"jupyter_url", nullable(str())},
+       {"billing", ref("InstanceBilling")},
+       {"autostop", nullable_ref("Autostop")},
+       {"created_at", time()},
+       {"started_at", nullable(time())},
+       {"stopped_at", nullable(time())},
+       {"run_seconds", integer("Total time spent running")},
+       {"charged", integer("Total compute charged, smallest currency unit")},
+       {"currency", str()}});
+}
+
+json::object instance_create_schema() {
+  json::object new_disk = object({{"size_gib", integer()}, {"mount_path", str()}, {"delete_on_release", boolean()}},
+                                 {"size_gib", "mount_path"});
+  json::object existing_disk = object({{"id", str("d-... or the disk's name")}, {"mount_path", str()}}, {"id", "mount_path"});
+  json::object ports = array_of(with(with(integer(), "minimum", 1), "maximum", 65535), "Default [22]");
+  ports["maxItems"] = 10;
+  ports["uniqueItems"] = true;
+  return object(
+      {{"name", with(str(), "pattern", kNamePattern)},
+       {"zone", str("Default: the first zone")},
+       {"gpu_model", str("Required when gpu_count > 0; omit for a no-GPU instance")},
+       {"gpu_count", with(with(with(integer("0 creates a no-GPU instance; default 1 with gpu_model, else 0"), "minimum", 0),
+                               "maximum", 64),
+                          "default", 1)},
+       {"image", str("Image id or name; default the base image")},
+       {"system_disk_gib", with(with(with(integer(), "minimum", 10), "maximum", 4096), "default", 30)},
+       {"data_disks", array_of(json::object{{"oneOf", json::array{std::move(new_disk), std::move(existing_disk)}}},
+                               "Refused (invalid_argument) while non-empty: data disks are not available yet")},
+       {"security_group", str("Only \"default\" is accepted on this installation")},
+       {"ports", std::move(ports)},
+       {"ssh_keys", array_of(str(), "SSH key ids or names")},
+       {"password", with(with(str("Root password"), "minLength", 8), "maxLength", 256)},
+       {"billing", object({{"mode", with(one_of({"hourly", "weekly", "monthly"}), "default", "hourly")},
+                           {"auto_renew", with(boolean(), "default", true)}})},
+       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: idle autostop is not available yet")}},
+      {"name"});
+}
+
+json::object instance_update_schema() {
+  json::object s = object(
+      {{"name", with(str(), "pattern", kNamePattern)},
+       {"ports", with(array_of(with(with(integer(), "minimum", 1), "maximum", 65535)), "maxItems", 10)},
+       {"security_group", str("Only \"default\" is accepted on this installation")},
+       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: not available yet")},
+       {"billing", with(object({{"auto_renew", boolean()}}), "additionalProperties", false)},
+       {"stop_at", time("Refused (invalid_argument) when set: scheduled stops are not available yet")},
+       {"release_after_stopped_days",
+        integer("Refused (invalid_argument) when set: automatic release is not available yet")}});
+  s["additionalProperties"] = false;  // the handler refuses unknown fields
+  return s;
+}
+
+json::object price_schemas(json::object& s) {
+  s["GpuPrice"] = answer({{"gpu_model", str()},
+                          {"price_per_gpu_hour", integer()},
+                          {"price_per_gpu_week", integer()},
+                          {"price_per_gpu_month", integer()}});
+  json::object table{{"currency", str("Shown for reading; ignored on PUT")},
+                     {"gpus", array_of(ref("GpuPrice"))},
+                     {"no_gpu_price_per_hour", integer()},
+                     {"system_disk_free_gib", integer("Free system-disk allowance per instance")},
+                     {"system_disk_per_gib_hour_micros", integer("Millionths of the smallest unit per GiB-hour")},
+                     {"data_disk_per_gib_hour_micros", integer()},
+                     {"snapshot_per_gib_hour_micros", integer()},
+                     {"image_per_gib_hour_micros", integer()}};
+  // PUT takes the whole table (every field but currency) and refuses unknown fields.
+  json::object input = object(table, {"gpus", "no_gpu_price_per_hour", "system_disk_free_gib",
+                                      "system_disk_per_gib_hour_micros", "data_disk_per_gib_hour_micros",
+                                      "snapshot_per_gib_hour_micros", "image_per_gib_hour_micros"});
+  input["additionalProperties"] = false;
+  s["PriceTableInput"] = std::move(input);
+  return answer(std::move(table), "Prices in the smallest currency unit");
+}
+
+}  // namespace
+
+json::object component_schemas() {
+  json::object s;
+  json::object problem = object({{"type", str()},
+                                 {"title", str()},
+                                 {"status", integer()},
+                                 {"detail", str("A human sentence; names the field or the state")},
+                                 {"code", str("Stable snake_case code")},
+                                 {"gpus_free", integer("no_capacity: the most GPUs free on one host")},
+                                 {"cpu_free", integer("no_capacity: the most CPUs free on one host")},
+                                 {"memory_gib_free", integer("no_capacity: the most memory free on one host")}},
+                                {"type", "title", "status", "detail", "code"});
+  s["Problem"] = std::move(problem);
+  s["Health"] = answer({{"status", one_of({"ok"})}, {"version", str()}});
+  s["User"] = answer({{"id", str("u-...")},
+                      {"username", str()},
+                      {"email", nullable(str())},
+                      {"role", one_of({"user", "admin"})},
+                      {"disabled", boolean()},
+                      {"created_at", time()}});
+  s["Session"] = answer({{"token", str("Bearer token")}, {"expires_at", time()}});
+  s["Token"] = answer({{"id", str("tok-...")}, {"name", str()}, {"created_at", time()}, {"expires_at", nullable(time())}});
+  s["TokenCreated"] = json::object{
+      {"allOf", json::array{ref("Token"), answer({{"token", str("The secret, shown only in this answer")}})}}};
+  s["Zone"] = answer({{"name", str()}, {"region", str()}, {"description", str()}});
+  // One schema for both kinds of offer: a GPU model's, and the zone's no-GPU offer
+  // (gpu_model null), which carries price_per_hour, cpu, memory_gib, instances_free instead.
+  s["MarketOffer"] = object(
+      {{"zone", str()},
+       {"gpu_model", nullable(str("null for the no-GPU offer"))},
+       {"simulated", boolean()},
+       {"currency", str()},
+       {"gpu_memory_gib", integer("GPU offers")},
+       {"cpu_per_gpu", integer("GPU offers")},
+       {"memory_gib_per_gpu", integer("GPU offers")},
+       {"price_per_gpu_hour", integer("GPU offers")},
+       {"price_per_gpu_week", integer("GPU offers")},
+       {"price_per_gpu_month", integer("GPU offers")},
+       {"gpus_total", integer("GPU offers")},
+       {"gpus_free", integer("GPU offers; live")},
+       {"max_gpus_per_instance", integer("GPU offers: the most free GPUs (with CPU and memory) on one host")},
+       {"price_per_hour", integer("The no-GPU offer")},
+       {"cpu", integer("The no-GPU offer")},
+       {"memory_gib", integer("The no-GPU offer")},
+       {"instances_free", integer("The no-GPU offer: how many more fit on the zone's ready hosts")}},
+      {"zone", "gpu_model", "simulated", "currency"});
+  s["Image"] = answer({{"id", str("img-...")},
+                       {"name", str()},
+                       {"description", str()},
+                       {"os", nullable(str())},
+                       {"python", nullable(str())},
+                       {"cuda", nullable(str())},
+                       {"state_reason", nullable(str("Why it is not available"))},
+                       {"frameworks", with(json::object{{"type", "object"}}, "additionalProperties", str())},
+                       {"size_bytes", integer()},
+                       {"visibility", one_of({"public", "private"})},
+                       {"owner", nullable(str("null for public images"))},
+                       {"state", one_of({"creating", "available", "error"})},
+                       {"ssh", boolean("The image has sshd")},
+                       {"engine_image", str("The container engine's reference")},
+                       {"created_at", time()}});
+  json::object instance = instance_schemas(s);  // adds the nested parts first
+  s["Instance"] = std::move(instance);
+  s["SshKey"] = answer({{"id", str("key-...")},
+                        {"name", str()},
+                        {"public_key", str("OpenSSH format")},
+                        {"fingerprint", str()},
+                        {"created_at", time()}});
+  s["Event"] = answer({{"id", str()},
+                       {"seq", integer("Increases; resume after it")},
+                       {"time", time()},
+                       {"type", str("instance.created|running|stopped|released|error, host.*, ...")},
+                       {"resource", str("The resource's id")},
+                       {"user", nullable(str("The user it concerns"))},
+                       {"message", str()},
+                       {"data", json::object{{"type", "object"}}}});
+  s["HostGpu"] = answer({{"index", integer()},
+                         {"uuid", str()},
+                         {"model", str("The offer's model")},
+                         {"reported_name", str("As the inventory reported it")},
+                         {"memory_gib", integer()},
+                         {"pci_bus_id", str()},
+                         {"health", str("\"ok\", \"absent\", or why not")},
+                         {"simulated", boolean()},
+                         {"reserved_by", nullable(str("The holder of its active reservation"))},
+                         {"instance", nullable(str("The holding instance's id"))}});
+  s["Host"] = answer({{"id", str("h-...")},
+                      {"name", str()},
+                      {"zone", str()},
+                      {"state", one_of({"ready", "unreachable", "draining"})},
+                      {"simulated", boolean()},
+                      {"inventory_source", str()},
+                      {"inventory_error", nullable(str())},
+                      {"cpu", integer()},
+                      {"cpu_used", integer()},
+                      {"memory_gib", integer()},
+                      {"memory_gib_used", integer()},
+                      {"port_range", str("MIN-MAX host ports for published instance ports")},
+                      {"gpus", array_of(ref("HostGpu"))},
+                      {"last_seen", nullable(time())}});
+  json::object prices = price_schemas(s);
+  s["PriceTable"] = std::move(prices);
+  s["Clock"] = answer({{"now", time("The platform time after the advance")}});
+  for (std::string_view item : {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host"})
+    s[std::string(item) + "List"] = list_of(item);
+
+  // Request bodies.
+  s["RegisterRequest"] = object({{"username", with(str(), "pattern", kUsernamePattern)},
+                                 {"password", with(str(), "minLength", 8)},
+                                 {"email", nullable(str())}},
+                                {"username", "password"});
+  s["LoginRequest"] = object({{"username", str()}, {"password", str()}}, {"username", "password"});
+  s["PasswordChange"] = object({{"old_password", str()}, {"new_password", with(str(), "minLength", 8)}},
+                               {"old_password", "new_password"});
+  s["TokenCreate"] = object({{"name", with(with(str(), "minLength", 1), "maxLength", 100)}}, {"name"});
+  s["SshKeyCreate"] = object({{"name", with(str(), "pattern", kNamePattern)},
+                              {"public_key", str("OpenSSH format: TYPE BASE64 [COMMENT]; DSA is refused")}},
+                             {"name", "public_key"});
+  s["InstanceCreate"] = instance_create_schema();
+  s["InstanceUpdate"] = instance_update_schema();
+  s["InstanceStart"] = object({{"no_gpu", with(boolean("Start at the no-GPU size, to reach its data"), "default", false)}});
+  s["AdminUserCreate"] = object({{"username", with(str(), "pattern", kUsernamePattern)},
+                                 {"password", with(str(), "minLength", 8)},
+                                 {"role", with(one_of({"user", "admin"}), "default", "user")},
+                                 {"email", nullable(str())}},
+                                {"username", "password"});
+  s["AdminUserUpdate"] = object({{"disabled", boolean()}, {"role", one_of({"user", "admin"})}});
+  s["ClockAdvance"] = object({{"advance_seconds", with(with(integer(), "minimum", 0), "maximum", 10LL * 365 * 86400)}},
+                             {"advance_seconds"});
+  return s;
+}
+
+const std::vector<OperationSpec>& operation_specs() {
+  // Query parameters shared by the lists of api.md.
+  const QueryParam limit{"limit", "integer", "Page size, 1-1000 (default 100)"};
+  const QueryParam cursor{"cursor", "string", "The next_cursor of the previous page"};
+  const QueryParam state{"state", "string", "Only instances in this state (default: all but released)",
+                         {"creating", "running", "stopping", "stopped", "starting", "releasing", "released", "error"}};
+  const std::vector<QueryParam> page{limit, cursor};
+  const std::vector<QueryParam> events{
+      {"since_seq", "integer", "Only events after this seq"},
+      {"resource", "string", "Only events of this resource (id, or the caller's resource name)"}};
+  static const std::vector<OperationSpec> specs{
+      // system
+      {.method = "GET", .pattern = "/healthz", .operation_id = "getHealth", .status = 200, .response = "Health"},
+      {.method = "GET", .pattern = "/api/v1/healthz", .operation_id = "getApiHealth", .status = 200, .response = "Health"},
+      {.method = "GET", .pattern = "/metrics", .operation_id = "getMetrics", .status = 200, .response = "",
+       .media = "text/plain"},
+      {.method = "GET", .pattern = "/api/v1/openapi.json", .operation_id = "getOpenApiDocument", .status = 200,
+       .response = ""},
+      // auth
+      {.method = "POST", .pattern = "/api/v1/auth/register", .operation_id = "register", .status = 201, .response = "User",
+       .request = "RegisterRequest", .errors = {400, 403, 409}},
+      {.method = "POST", .pattern = "/api/v1/auth/login", .operation_id = "login", .status = 200, .response = "Session",
+       .request = "LoginRequest", .errors = {400, 401, 429}},
+      {.method = "POST", .pattern = "/api/v1/auth/logout", .operation_id = "logout", .status = 204, .response = ""},
+      {.method = "GET", .pattern = "/api/v1/me", .operation_id = "getMe", .status = 200, .response = "User"},
+      {.method = "PUT", .pattern = "/api/v1/me/password", .operation_id = "changePassword", .status = 204, .response = "",
+       .request = "PasswordChange", .errors = {400}},
+      // tokens
+      {.method = "POST", .pattern = "/api/v1/tokens", .operation_id = "createToken", .status = 201,
+       .response = "TokenCreated", .request = "TokenCreate", .idempotent = true, .errors = {400}},
+      {.method = "GET", .pattern = "/api/v1/tokens", .operation_id = "listTokens", .status = 200, .response = "TokenList",
+       .errors = {400}, .query = page},
+      {.method = "DELETE", .pattern = "/api/v1/tokens/{id}", .operation_id = "deleteToken", .status = 204, .response = "",
+       .errors = {404}, .id_description = "The token's id (tok-...); token names are not accepted"},
+      // operator: users and clock
+      {.method = "GET", .pattern = "/api/v1/admin/users", .operation_id = "adminListUsers", .status = 200,
+       .response = "UserList", .errors = {400}, .query = page},
+      {.method = "POST", .pattern = "/api/v1/admin/users", .operation_id = "adminCreateUser", .status = 201,
+       .response = "User", .request = "AdminUserCreate", .idempotent = true, .errors = {400, 409}},
+      {.method = "PATCH", .pattern = "/api/v1/admin/users/{id}", .operation_id = "adminUpdateUser", .status = 200,
+       .response = "User", .request = "AdminUserUpdate", .errors = {400, 404, 409},
+       .id_description = "The user's id or username"},
+      {.method = "POST", .pattern = "/api/v1/admin/clock", .operation_id = "adminAdvanceClock", .status = 200,
+       .response = "Clock", .request = "ClockAdvance", .errors = {400}},
+      // market
+      {.method = "GET", .pattern = "/api/v1/zones", .operation_id = "listZones", .status = 200, .response = "ZoneList",
+       .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/market", .operation_id = "listMarketOffers", .status = 200,
+       .response = "MarketOfferList", .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/admin/hosts", .operation_id = "adminListHosts", .status = 200,
+       .response = "HostList", .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/admin/prices", .operation_id = "adminGetPrices", .status = 200,
+       .response = "PriceTable"},
+      {.method = "PUT", .pattern = "/api/v1/admin/prices", .operation_id = "adminReplacePrices", .status = 200,
+       .response = "PriceTable", .request = "PriceTableInput", .errors = {400}},
+      // instances
+      {.method = "POST", .pattern = "/api/v1/instances", .operation_id = "createInstance", .status = 202,
+       .response = "Instance", .request = "InstanceCreate", .idempotent = true, .errors = {400, 403, 409}},
+      {.method = "GET", .pattern = "/api/v1/instances", .operation_id = "listInstances", .status = 200,
+       .response = "InstanceList", .errors = {400},
+       .query = {limit, cursor, state,
+                 {"all", "boolean", "true: the operator sees every user's instances; a user sees all their own, released too"}}},
+      {.method = "GET", .pattern = "/api/v1/admin/instances", .operation_id = "adminListInstances", .status = 200,
+       .response = "InstanceList", .errors = {400}, .query = {limit, cursor, state}},
+      {.method = "GET", .pattern = "/api/v1/instances/{id}", .operation_id = "getInstance", .status = 200,
+       .response = "Instance", .errors = {404}},
+      {.method = "PATCH", .pattern = "/api/v1/instances/{id}", .operation_id = "updateInstance", .status = 200,
+       .response = "Instance", .request = "InstanceUpdate", .errors = {400, 404, 409}},
+      {.method = "DELETE", .pattern = "/api/v1/instances/{id}", .operation_id = "releaseInstance", .status = 202,
+       .response = "Instance", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/stop", .operation_id = "stopInstance", .status = 202,
+       .response = "Instance", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/start", .operation_id = "startInstance", .status = 202,
+       .response = "Instance", .request = "InstanceStart", .request_required = false, .errors = {400, 403, 404, 409}},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/restart", .operation_id = "restartInstance", .status = 202,
+       .response = "Instance", .errors = {404, 409}},
+      {.method = "GET", .pattern = "/api/v1/instances/{id}/terminal", .operation_id = "openInstanceTerminal",
+       .status = 101, .response = "", .errors = {400, 404, 409},
+       .id_description = "The caller's own instance: id or name (not even the operator reaches another's)"},
+      // SSH keys
+      {.method = "POST", .pattern = "/api/v1/ssh-keys", .operation_id = "createSshKey", .status = 201, .response = "SshKey",
+       .request = "SshKeyCreate", .idempotent = true, .errors = {400, 409}},
+      {.method = "GET", .pattern = "/api/v1/ssh-keys", .operation_id = "listSshKeys", .status = 200,
+       .response = "SshKeyList", .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/ssh-keys/{id}", .operation_id = "getSshKey", .status = 200,
+       .response = "SshKey", .errors = {404}},
+      {.method = "DELETE", .pattern = "/api/v1/ssh-keys/{id}", .operation_id = "deleteSshKey", .status = 204,
+       .response = "", .errors = {404}},
+      // images
+      {.method = "GET", .pattern = "/api/v1/images", .operation_id = "listImages", .status = 200, .response = "ImageList",
+       .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/images/{id}", .operation_id = "getImage", .status = 200, .response = "Image",
+       .errors = {404}},
+      // events
+      {.method = "GET", .pattern = "/api/v1/events", .operation_id = "listEvents", .status = 200, .response = "EventList",
+       .errors = {400},
+       .query = {events[0], events[1], limit, {"cursor", "string", "The next_cursor of the previous page (a seq)"}}},
+      {.method = "GET", .pattern = "/api/v1/events/stream", .operation_id = "streamEvents", .status = 200,
+       .response = "", .errors = {400}, .query = events, .media = "text/event-stream"},
+  };
+  return specs;
+}
+
+const OperationSpec* find_operation_spec(std::string_view method, std::string_view pattern) {
+  for (const auto& spec : operation_specs())
+    if (spec.method == method && spec.pattern == pattern) return &spec;
+  return nullptr;
+}
+
+}  // namespace gpucloud::server::openapi
