@@ -378,7 +378,8 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "GET", .pattern = "/api/v1/tokens", .operation_id = "listTokens", .status = 200, .response = "TokenList",
        .errors = {400}, .query = page},
       {.method = "DELETE", .pattern = "/api/v1/tokens/{id}", .operation_id = "deleteToken", .status = 204, .response = "",
-       .errors = {404}, .id_description = "The token's id (tok-...); token names are not accepted"},
+       .errors = {404, 409},
+       .id_description = "The token's id (tok-...), or its name when one live API token has it (409 when several do)"},
       // operator: users and clock
       {.method = "GET", .pattern = "/api/v1/admin/users", .operation_id = "adminListUsers", .status = 200,
        .response = "UserList", .errors = {400}, .query = page},

@@ -94,6 +94,22 @@ TEST_F(AuthTest, ApiTokensAreShownOnceAndRevocationIsImmediate) {
   EXPECT_EQ(daemon_.request("DELETE", "/api/v1/tokens/" + id, "", session).status, 404);
 }
 
+TEST_F(AuthTest, ATokenCanBeRevokedByItsName) {
+  std::string session = daemon_.register_and_login("tokname");
+  auto ci = daemon_.post("/api/v1/tokens", {{"name", "ci"}}, session);
+  std::string ci_token(ci.json().at("token").as_string());
+  std::string other = daemon_.register_and_login("tokother");
+  EXPECT_EQ(daemon_.request("DELETE", "/api/v1/tokens/ci", "", other).status, 404) << "another user's name is not found";
+  EXPECT_EQ(daemon_.request("DELETE", "/api/v1/tokens/ci", "", session).status, 204);
+  EXPECT_EQ(daemon_.get("/api/v1/me", ci_token).status, 401);
+  // Two live tokens of one name: the name does not say which.
+  daemon_.post("/api/v1/tokens", {{"name", "twin"}}, session);
+  auto second = daemon_.post("/api/v1/tokens", {{"name", "twin"}}, session);
+  auto ambiguous = daemon_.request("DELETE", "/api/v1/tokens/twin", "", session);
+  EXPECT_EQ(ambiguous.status, 409) << ambiguous.body;
+  EXPECT_EQ(daemon_.get("/api/v1/me", std::string(second.json().at("token").as_string())).status, 200) << "nothing revoked";
+}
+
 TEST_F(AuthTest, AnotherUsersTokenAnswersNotFound) {
   std::string a = daemon_.register_and_login("frank");
   std::string b = daemon_.register_and_login("grace");
