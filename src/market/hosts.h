@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include "agent/agent_protocol.h"
 #include "config/config.h"
 #include "core/time_format.h"
@@ -49,6 +51,8 @@ Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& 
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
                       std::optional<SysTime> last_seen);
 Result<std::vector<HostRecord>> list_hosts(store::Database& db);
+// A host as GET /admin/hosts shows it: which instance holds or has reserved each GPU.
+boost::json::object host_json(const HostRecord& host);
 Result<std::optional<HostRecord>> find_host(store::Database& db, const std::string& id_or_name);
 
 // What the scheduler needs: per host, capacity and free GPUs (healthy, present, unreserved).

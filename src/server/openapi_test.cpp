@@ -335,6 +335,13 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   gpu.memory_bytes = 24LL << 30;
   gpu.health = "ok";
   host.gpus = {gpu};
+  check("Host", market::host_json(host));
+  host.gpus[0].reserved_by = "i-1";
+  host.last_seen = now;
+  host.inventory_error = "NVML: driver not loaded";
+  check("Host", market::host_json(host));
+  host.gpus[0].reserved_by.reset();
+  host.last_seen.reset();
   json::array offers = market::market_offers(cfg, {host}, prices);
   ASSERT_EQ(offers.size(), 2u);  // the GPU offer and the zone's no-GPU offer
   for (const auto& o : offers) check("MarketOffer", o);

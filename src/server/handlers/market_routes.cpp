@@ -43,51 +43,13 @@ asio::awaitable<Result<Response>> market_list(RequestContext& ctx) {
   co_return list_response(ctx, market::market_offers(ctx.app.config(), snapshot->hosts, snapshot->prices));
 }
 
-json::object host_json(const market::HostRecord& h) {
-  json::array gpus;
-  for (const auto& g : h.gpus) {
-    json::object o{{"index", g.index},
-                   {"uuid", g.uuid},
-                   {"model", g.model},
-                   {"reported_name", g.reported_name},
-                   {"memory_gib", g.memory_bytes / (1LL << 30)},
-                   {"pci_bus_id", g.pci_bus_id},
-                   {"health", g.present ? g.health : std::string("absent")},
-                   {"simulated", g.simulated}};
-    // The holder of the reservation; `instance` names it once it is an instance id.
-    if (g.reserved_by) {
-      o["reserved_by"] = *g.reserved_by;
-      o["instance"] = g.reserved_by->starts_with("i-") ? json::value(*g.reserved_by) : json::value(nullptr);
-    } else {
-      o["reserved_by"] = nullptr;
-      o["instance"] = nullptr;
-    }
-    gpus.push_back(std::move(o));
-  }
-  json::object o;
-  o["id"] = h.id;
-  o["name"] = h.name;
-  o["zone"] = h.zone;
-  o["state"] = h.state;
-  o["simulated"] = h.simulated;
-  o["inventory_source"] = h.inventory_source;
-  o["inventory_error"] = h.inventory_error.empty() ? json::value(nullptr) : json::value(h.inventory_error);
-  o["cpu"] = h.cpu;
-  o["cpu_used"] = h.cpu_used;
-  o["memory_gib"] = h.memory_gib;
-  o["memory_gib_used"] = h.memory_gib_used;
-  o["port_range"] = std::to_string(h.port_min) + "-" + std::to_string(h.port_max);
-  o["gpus"] = std::move(gpus);
-  o["last_seen"] = h.last_seen ? json::value(format_rfc3339(*h.last_seen)) : json::value(nullptr);
-  return o;
-}
 
 asio::awaitable<Result<Response>> admin_hosts(RequestContext& ctx) {
   auto read = [](store::Database& db) { return market::list_hosts(db); };
   auto hosts = co_await ctx.app.store().read(std::move(read));
   if (!hosts) co_return tl::unexpected(hosts.error());
   json::array items;
-  for (const auto& h : *hosts) items.push_back(host_json(h));
+  for (const auto& h : *hosts) items.push_back(market::host_json(h));
   co_return list_response(ctx, items);
 }
 
