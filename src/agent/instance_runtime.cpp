@@ -11,6 +11,7 @@
 #include <utility>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -516,7 +517,9 @@ std::vector<firewall::PublishedPort> InstanceRuntime::published_ports() const {
 
 Status InstanceRuntime::check_ports_free(const InstanceSpec& spec) const {
   for (const auto& [id, slot] : instances_) {
-    if (!slot->record || id == spec.instance_id) continue;
+    // Only running instances publish ports (published_ports): a stopped record's ports may
+    // already belong to another instance in the store, which is what decides.
+    if (!slot->record || id == spec.instance_id || slot->record->desired.state != "running") continue;
     for (const auto& theirs : slot->record->desired.ports) {
       for (const auto& ours : spec.ports) {
         if (ours.host_port == theirs.host_port && ours.protocol == theirs.protocol) {

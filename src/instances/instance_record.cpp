@@ -10,10 +10,6 @@
 namespace gpucloud::instances {
 namespace json = boost::json;
 
-bool is_transitional(const std::string& s) {
-  return s == "creating" || s == "starting" || s == "stopping" || s == "releasing";
-}
-
 namespace {
 std::string keys_text(const std::vector<std::string>& keys) {
   json::array a;
@@ -40,7 +36,7 @@ constexpr const char* kColumns =
     "SELECT i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, h.name, i.gpu_model, i.gpu_count, i.cpu, "
     "i.memory_gib, i.no_gpu, i.system_disk_gib, i.image_id, i.ssh_keys, i.password_hash, i.billing_mode, i.auto_renew, "
     "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, i.charged, i.created_at, "
-    "i.started_at, i.stopped_at, i.released_at, im.name FROM instances i LEFT JOIN hosts h ON h.id = i.host_id "
+    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation FROM instances i LEFT JOIN hosts h ON h.id = i.host_id "
     "LEFT JOIN images im ON im.id = i.image_id ";
 
 Instance instance_from(const store::Row& r) {
@@ -48,7 +44,7 @@ Instance instance_from(const store::Row& r) {
   i.id = r.text(0);
   i.owner = r.text(1);
   i.name = r.text(2);
-  i.state = r.text(3);
+  i.state = parse_instance_state(r.text(3)).value_or(InstanceState::error);
   i.state_reason = r.text(4);
   i.zone = r.text(5);
   i.host_id = r.opt_text(6);
@@ -76,6 +72,7 @@ Instance instance_from(const store::Row& r) {
   i.stopped_at = time_of(r.opt_int64(28));
   i.released_at = time_of(r.opt_int64(29));
   i.image_name = r.opt_text(30).value_or("");
+  i.generation = r.int64(31);
   return i;
 }
 
@@ -112,11 +109,11 @@ Result<std::vector<Instance>> load_many(store::Database& db, const std::string& 
 Status insert_instance(store::Database& db, const Instance& i) {
   return db.run(
       "INSERT INTO instances (id, owner, name, state, state_reason, zone, host_id, gpu_model, gpu_count, cpu, memory_gib, "
-      "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      {i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
+      "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at, "
+      "generation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      {i.id, i.owner, i.name, std::string(to_string(i.state)), i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
        i.no_gpu, i.system_disk_gib, i.image_id, keys_text(i.ssh_keys), i.password_hash, i.billing_mode, i.auto_renew,
-       i.price_per_hour, to_unix_micros(i.created_at)});
+       i.price_per_hour, to_unix_micros(i.created_at), i.generation});
 }
 
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id) {
@@ -138,7 +135,9 @@ Result<Instance> find_owned_instance(store::Database& db, const std::string& own
 }
 
 Result<std::vector<Instance>> list_instances(store::Database& db, const std::optional<std::string>& owner,
-                                             const std::optional<std::string>& state, bool with_released) {
+                                             const std::optional<InstanceState>& state_filter, bool with_released) {
+  std::optional<std::string> state;
+  if (state_filter) state = std::string(to_string(*state_filter));
   std::string sql = std::string(kColumns) + "WHERE (? IS NULL OR i.owner = ?) AND ";
   if (state) sql += "i.state = ? ";
   else if (with_released) sql += "(? IS NULL) ";
@@ -151,39 +150,67 @@ Result<std::vector<Instance>> live_instances(store::Database& db) {
   return load_many(db, std::string(kColumns) + "WHERE i.state != 'released' ORDER BY i.created_at", {});
 }
 
-Status compare_and_set_state(store::Database& db, const std::string& id, const std::vector<std::string>& from,
-                             const std::string& to, const std::string& reason) {
-  auto current = db.one("SELECT state FROM instances WHERE id = ?", {id});
-  if (!current) return fail(current.error());
-  if (!*current) return fail(ErrorCode::not_found, "instance " + id + " not found");
-  std::string state = (*current)->text(0);
-  if (std::find(from.begin(), from.end(), state) == from.end())
-    return fail(ErrorCode::conflict, "the instance is " + state);
-  return db.run("UPDATE instances SET state = ?, state_reason = ? WHERE id = ? AND state = ?", {to, reason, id, state});
+Result<std::optional<InstanceState>> instance_state_of(store::Database& db, const std::string& id) {
+  auto row = db.one("SELECT state FROM instances WHERE id = ?", {id});
+  if (!row) return fail(row.error());
+  if (!*row) return std::optional<InstanceState>{};
+  return std::optional<InstanceState>{parse_instance_state((*row)->text(0)).value_or(InstanceState::error)};
 }
 
-Status update_instance_fields(store::Database& db, const Instance& i) {
-  return db.run(
-      "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
-      "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, container_id = ?, "
-      "cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ? WHERE id = ?",
-      {i.name, i.state, i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib, i.no_gpu,
-       keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds,
-       i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.id});
+namespace {
+Status expect_one_row(store::Database& db, const std::string& id) {
+  if (db.changes() == 1) return ok();
+  auto now = instance_state_of(db, id);
+  if (!now) return fail(now.error());
+  if (!*now) return fail(ErrorCode::not_found, "instance " + id + " not found");
+  return fail(ErrorCode::conflict, "the instance changed meanwhile; it is " + std::string(to_string(**now)));
+}
+}  // namespace
+
+Status write_instance_state(store::Database& db, const std::string& id, InstanceState state, std::int64_t generation,
+                            const Instance& i) {
+  if (auto s = db.run(
+          "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
+          "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, "
+          "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
+          "generation = ? WHERE id = ? AND state = ? AND generation = ?",
+          {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
+           i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
+           i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation, id,
+           std::string(to_string(state)), generation});
+      !s)
+    return s;
+  return expect_one_row(db, id);
+}
+
+Status update_desired(store::Database& db, const Instance& loaded, Instance& next) {
+  next.state = loaded.state;
+  next.generation = loaded.generation + 1;
+  return write_instance_state(db, loaded.id, loaded.state, loaded.generation, next);
 }
 
 Status record_state_event(store::Database& db, const Instance& i, SysTime now) {
-  std::string message = "instance " + i.name + " is " + i.state + (i.state_reason.empty() ? "" : ": " + i.state_reason);
-  json::object data{{"state", i.state}, {"name", i.name}};
+  const std::string state(to_string(i.state));
+  std::string message = "instance " + i.name + " is " + state + (i.state_reason.empty() ? "" : ": " + i.state_reason);
+  json::object data{{"state", state}, {"name", i.name}};
   if (!i.state_reason.empty()) data["reason"] = i.state_reason;
-  std::string type = i.state == "creating" ? "instance.created" : "instance." + i.state;
+  std::string type = i.state == InstanceState::creating ? "instance.created" : "instance." + state;
   return events::record(db, now, type, i.id, i.owner, message, std::move(data));
 }
 
-Status update_and_record(store::Database& db, const std::string& previous_state, const Instance& next, SysTime now) {
-  if (auto s = update_instance_fields(db, next); !s) return s;
-  if (next.state == previous_state) return ok();
-  return record_state_event(db, next, now);
+Result<InstanceUsage> instance_usage(store::Database& db, const std::string& owner, const std::optional<std::string>& except_id) {
+  auto row = db.one(
+      "SELECT COUNT(*), COALESCE(SUM(CASE WHEN no_gpu = 0 AND state IN ('creating','starting','running','stopping') "
+      "THEN gpu_count ELSE 0 END), 0) FROM instances WHERE owner = ? AND state != 'released' AND (? IS NULL OR id != ?)",
+      {owner, except_id, except_id});
+  if (!row) return fail(row.error());
+  return InstanceUsage{(*row)->int64(0), (*row)->int64(1)};
+}
+
+Result<bool> live_name_taken(store::Database& db, const std::string& owner, const std::string& name) {
+  auto row = db.one("SELECT 1 FROM instances WHERE owner = ? AND name = ? AND state != 'released'", {owner, name});
+  if (!row) return fail(row.error());
+  return row->has_value();
 }
 
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,
@@ -215,6 +242,10 @@ Status free_ports(store::Database& db, const std::string& instance_id) {
   return db.run("DELETE FROM instance_ports WHERE instance_id = ?", {instance_id});
 }
 
+Status free_port(store::Database& db, const std::string& instance_id, int container_port) {
+  return db.run("DELETE FROM instance_ports WHERE instance_id = ? AND container_port = ?", {instance_id, container_port});
+}
+
 json::object instance_json(const Instance& i, const ViewContext& view, std::int64_t run_seconds_now) {
   auto opt = [](const std::optional<std::string>& v) { return v ? json::value(*v) : json::value(nullptr); };
   auto opt_time = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
@@ -242,7 +273,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["id"] = i.id;
   o["name"] = i.name;
   o["owner"] = i.owner;
-  o["state"] = i.state;
+  o["state"] = std::string(to_string(i.state));
   o["state_reason"] = i.state_reason.empty() ? json::value(nullptr) : json::value(i.state_reason);
   o["zone"] = i.zone;
   o["host"] = opt(i.host_name);

@@ -1,7 +1,6 @@
 #pragma once
-// An instance as the store keeps it, and its API view. States follow the spec:
-// creating -> running <-> stopping -> stopped -> starting -> running; any -> releasing ->
-// released; error with a reason. Every change of state is a compare-and-set.
+// An instance as the store keeps it (the instance repository), and its API view. States
+// change only through instances/transition.h.
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +8,7 @@
 #include <boost/json/object.hpp>
 
 #include "core/time_format.h"
+#include "instances/instance_state.h"
 #include "store/database.h"
 
 namespace gpucloud::instances {
@@ -20,7 +20,12 @@ struct PortBinding {
 };
 
 struct Instance {
-  std::string id, owner, name, state, state_reason, zone;
+  std::string id, owner, name;
+  InstanceState state = InstanceState::creating;
+  std::string state_reason, zone;
+  // Goes up with every change the engine must follow (state, name, ports): the compare-and-set
+  // key of every write, the fence of the agent's commands, and what a repair checks.
+  std::int64_t generation = 0;
   std::optional<std::string> host_id, host_name;
   std::optional<std::string> gpu_model;
   int gpu_count = 0;
@@ -45,31 +50,42 @@ struct Instance {
   bool gpus_simulated = false;
 };
 
-bool is_transitional(const std::string& state);  // creating, starting, stopping, releasing
-
 Status insert_instance(store::Database& db, const Instance& instance);
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id);
 // The owner's instance by id or name (not released); another user's is not found.
 Result<Instance> find_owned_instance(store::Database& db, const std::string& owner, const std::string& id_or_name);
 // Newest first; without a state filter, released ones only when `with_released`.
 Result<std::vector<Instance>> list_instances(store::Database& db, const std::optional<std::string>& owner,
-                                             const std::optional<std::string>& state, bool with_released = false);
+                                             const std::optional<InstanceState>& state, bool with_released = false);
 // Every instance that is not released (for reconciliation).
 Result<std::vector<Instance>> live_instances(store::Database& db);
+// The state of one instance, if it exists (for reservation checks).
+Result<std::optional<InstanceState>> instance_state_of(store::Database& db, const std::string& id);
 
-// Moves `id` from `from` to `to`; conflict (naming the current state) when it is not in `from`.
-Status compare_and_set_state(store::Database& db, const std::string& id, const std::vector<std::string>& from,
-                             const std::string& to, const std::string& reason);
-Status update_instance_fields(store::Database& db, const Instance& instance);  // everything but id/owner
+// Writes every mutable field of `next` if the row is still at (`state`, `generation`);
+// `conflict` naming the current state otherwise. Only transition() and update_desired() call it.
+Status write_instance_state(store::Database& db, const std::string& id, InstanceState state, std::int64_t generation,
+                            const Instance& next);
+// A change that is not a state change (name, keys, auto-renew, ports already written):
+// compare-and-set on the loaded generation, which goes up so converge re-sends the desired state.
+Status update_desired(store::Database& db, const Instance& loaded, Instance& next);
 // Records the event of a state change ("instance.<state>"), in the caller's transaction.
 Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
-// update_instance_fields, plus the event when the state differs from `previous_state`.
-Status update_and_record(store::Database& db, const std::string& previous_state, const Instance& next, SysTime now);
+
+// What counts against a user's quotas: live instances, GPUs held by those that run or will.
+struct InstanceUsage {
+  std::int64_t instances = 0;
+  std::int64_t gpus_held = 0;
+};
+Result<InstanceUsage> instance_usage(store::Database& db, const std::string& owner, const std::optional<std::string>& except_id);
+Result<bool> live_name_taken(store::Database& db, const std::string& owner, const std::string& name);
 
 // Host ports: the lowest free ones of the host's range, unique per host in the schema.
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,
                                                 const std::string& host_id, const std::vector<int>& container_ports);
 Status free_ports(store::Database& db, const std::string& instance_id);
+// Frees one declared port's host port.
+Status free_port(store::Database& db, const std::string& instance_id, int container_port);
 
 struct ViewContext {
   std::string public_host;

@@ -1,19 +1,23 @@
 #include "instances/lifecycle.h"
 
+#include <exception>
+
 #include <boost/asio.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/fault_points.h"
 #include "core/ids.h"
 #include "events/events.h"
-#include "core/fault_points.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
+#include "instances/transition.h"
 #include "market/reservations.h"
 
 namespace gpucloud::instances {
 namespace asio = boost::asio;
 namespace json = boost::json;
+using S = InstanceState;
 
 InstanceService::InstanceService(asio::any_io_executor loop, const config::Config& config, store::Store& store,
                                  PlatformClock& clock, agent::HostAgent& agent)
@@ -23,26 +27,21 @@ InstanceService::~InstanceService() { reconcile_timer_.cancel(); }
 
 std::int64_t InstanceService::run_seconds_now(const Instance& i) const {
   std::int64_t total = i.run_seconds;
-  if (i.state == "running" && i.started_at)
+  if (i.state == S::running && i.started_at)
     total += std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(clock_.now() - *i.started_at).count());
   return total;
 }
 
 void InstanceService::kick(const std::string& id) { asio::co_spawn(loop_, converge(id), asio::detached); }
 
-void InstanceService::refresh_running(const std::string& id) { asio::co_spawn(loop_, refresh(id), asio::detached); }
-
-asio::awaitable<void> InstanceService::refresh(std::string id) {
-  auto load = [id](store::Database& db) { return load_instance(db, id); };
-  auto instance = co_await store_.read(std::move(load));
-  if (!instance || !*instance || (*instance)->state != "running") co_return;
-  auto observed = co_await ensure(**instance, "running");
-  if (!observed) spdlog::warn(R"({{"event":"refresh_failed","instance":"{}","detail":"{}"}})", id, observed.error().detail);
+void InstanceService::refresh(const std::string& id) {
+  refresh_wanted_.insert(id);
+  kick(id);
 }
 
 asio::awaitable<Result<agent::CommandOutcome>> InstanceService::send(const std::string& host_name, const std::string& kind,
-                                                                     json::object desired) {
-  agent::Command command{new_id("cmd"), host_name, kind, std::move(desired)};
+                                                                     json::object desired, std::string command_id) {
+  agent::Command command{command_id.empty() ? new_id("cmd") : std::move(command_id), host_name, kind, std::move(desired)};
   co_return co_await agent_.execute(std::move(command));
 }
 
@@ -53,17 +52,32 @@ struct EnsureInputs {
   std::string engine_image;
   std::string authorized_keys;
 };
+
+std::string observed_string(const json::object& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
+}
+bool observed_bool(const json::object& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_bool() && it->value().as_bool();
+}
+
+// A command's id is stable for one (instance, generation, step): a retry after a crash is
+// the same command, and the agent can refuse one older than what it has applied.
+std::string command_id(const Instance& i, std::string_view step) {
+  return "cmd-" + i.id + "-g" + std::to_string(i.generation) + "-" + std::string(step);
+}
 }  // namespace
 
-asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i, const std::string& state) {
+asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i, S state) {
   auto resolve = [i](store::Database& db) -> Result<EnsureInputs> {
     EnsureInputs in;
-    auto image = db.one("SELECT engine_image FROM images WHERE id = ?", {i.image_id});
-    if (!image || !*image) return fail(ErrorCode::internal, "image " + i.image_id + " is gone");
-    in.engine_image = (*image)->text(0);
+    auto image = find_image_by_id(db, i.image_id);
+    if (!image) return fail(ErrorCode::internal, "image " + i.image_id + " is gone");
+    in.engine_image = image->engine_image;
     for (const auto& key_id : i.ssh_keys) {
-      auto key = db.one("SELECT public_key FROM ssh_keys WHERE id = ?", {key_id});
-      if (key && *key) in.authorized_keys += (*key)->text(0) + "\n";
+      auto key = find_ssh_key(db, i.owner, key_id);
+      if (key) in.authorized_keys += key->public_key + "\n";
     }
     return in;
   };
@@ -76,10 +90,12 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
                                  {"host_port", p.host_port},
                                  {"protocol", p.protocol},
                                  {"allowed", json::array{"0.0.0.0/0"}}});  // until security groups exist
+  const std::string state_text(to_string(state));
   json::object desired{{"instance_id", i.id},
+                       {"generation", i.generation},
                        {"name", i.name},
                        {"host", i.host_name.value_or("")},
-                       {"state", state},
+                       {"state", state_text},
                        {"image", inputs->engine_image},
                        {"cpu", i.cpu},
                        {"memory_gib", i.memory_gib},
@@ -89,12 +105,14 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
                        {"authorized_keys", inputs->authorized_keys},
                        {"password_hash", i.password_hash ? json::value(*i.password_hash) : json::value(nullptr)}};
   // Arguments are named locals: g++ 12 mishandles string literals inside co_await expressions.
-  std::string host = i.host_name.value_or(""), kind = "instance.ensure";
-  auto outcome = co_await send(host, kind, std::move(desired));
+  std::string host = i.host_name.value_or(""), kind = "instance.ensure", id = command_id(i, "ensure-" + state_text);
+  auto outcome = co_await send(host, kind, std::move(desired), id);
   if (!outcome) co_return tl::unexpected(outcome.error());
   if (!outcome->ok) co_return tl::unexpected(agent::outcome_error(*outcome));
   co_return outcome->observed;
 }
+
+// ---- the per-instance queue -------------------------------------------------------------
 
 asio::awaitable<void> InstanceService::converge(std::string id) {
   if (converging_.count(id)) {
@@ -104,123 +122,177 @@ asio::awaitable<void> InstanceService::converge(std::string id) {
   converging_.insert(id);
   do {
     dirty_.erase(id);
-    auto load = [id](store::Database& db) { return load_instance(db, id); };
-    auto instance = co_await store_.read(std::move(load));
-    if (!instance || !*instance) break;
-    if (!is_transitional((*instance)->state)) break;
-    auto done = co_await converge_once(**instance);
-    if (!done) {
-      spdlog::warn(R"({{"event":"converge_failed","instance":"{}","detail":"{}"}})", id, done.error().detail);
+    Result<bool> again = false;
+    try {
+      again = co_await step(id);
+    } catch (const std::exception& e) {  // a bug must not wedge the queue
+      again = fail(ErrorCode::internal, std::string("converge: ") + e.what());
+    }
+    if (!again) {
+      spdlog::warn(R"({{"event":"converge_failed","instance":"{}","detail":"{}"}})", id, again.error().detail);
       break;
     }
-    dirty_.insert(id);  // look again: the new state may need another step (restart)
-  } while (dirty_.count(id));
+    if (*again) dirty_.insert(id);  // the new state may need another step (restart)
+  } while (dirty_.count(id) && !stopped_);
   dirty_.erase(id);
   converging_.erase(id);
 }
 
-namespace {
-std::string observed_string(const json::object& o, const char* key) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
+asio::awaitable<Result<bool>> InstanceService::step(const std::string& id) {
+  auto load = [id](store::Database& db) { return load_instance(db, id); };
+  auto loaded = co_await store_.read(std::move(load));
+  if (!loaded) co_return fail(loaded.error());
+  if (!*loaded) {
+    observations_.erase(id);
+    refresh_wanted_.erase(id);
+    co_return false;
+  }
+  const Instance& i = **loaded;
+  if (is_transitional(i.state)) co_return co_await converge_once(i);
+  if (auto seen = observations_.find(id); seen != observations_.end()) {
+    Observation o = seen->second;
+    observations_.erase(seen);
+    // Only a report about this very generation may repair it: a stop, start or restart since
+    // the report came in makes it stale.
+    if (o.generation == i.generation) {
+      if (auto s = co_await apply_observation(i, o); !s) co_return fail(s.error());
+    }
+    co_return true;
+  }
+  if (refresh_wanted_.erase(id)) {
+    if (auto s = co_await resend_desired(i); !s) co_return fail(s.error());
+    co_return false;
+  }
+  co_return false;
 }
-bool observed_running(const json::object& o) {
-  auto it = o.find("running");
-  return it != o.end() && it->value().is_bool() && it->value().as_bool();
-}
-}  // namespace
 
-asio::awaitable<Status> InstanceService::converge_once(const Instance& i) {
-  const std::string from = i.state;
-  if (from == "creating" || from == "starting") {
-    auto observed = co_await ensure(i, "running");
-    if (from == "creating") fault_point("create.after_engine");
+asio::awaitable<Status> InstanceService::resend_desired(const Instance& i) {
+  // The agent keeps the desired record of stopped instances too (their host ports): tell it
+  // in whatever state the instance is in, so store and agent agree.
+  if (i.state != S::running && i.state != S::stopped) co_return ok();
+  auto observed = co_await ensure(i, i.state);
+  if (!observed) co_return fail(observed.error());
+  co_return ok();
+}
+
+asio::awaitable<Status> InstanceService::apply_observation(const Instance& i, const Observation& o) {
+  const ContainerReport& r = o.report;
+  if (i.state == S::running && !r.running) {
+    const bool exists = r.exists;
+    std::string reason = !exists ? "the container vanished" : (r.reason.empty() ? "exited" : r.reason);
+    auto now = clock_.now();
+    auto ended = r.finished_at;
+    auto repair = [i, exists, reason, now, ended](store::Database& db) -> Status {
+      auto current = load_instance(db, i.id);
+      if (!current) return fail(current.error());
+      if (!*current || (*current)->generation != i.generation) return ok();  // moved meanwhile
+      Instance next = **current;
+      return transition(db, **current, next, Transition{exists ? S::stopped : S::error, reason, ended}, now);
+    };
+    auto s = co_await store_.write(std::move(repair));
+    if (s) spdlog::info(R"({{"event":"instance_{}","instance":"{}","reason":"{}"}})", exists ? "stopped" : "error", i.id, reason);
+    co_return s;
+  }
+  if ((i.state == S::stopped || i.state == S::error) && r.running) {
+    // Started behind the platform's back (docker start, an engine restart policy): it would
+    // run unbilled, holding no reservation. Put it back as recorded.
+    spdlog::warn(R"({{"event":"instance_unrecorded_run","instance":"{}","action":"stopping the container"}})", i.id);
+    auto observed = co_await ensure(i, S::stopped);
+    if (!observed) co_return fail(observed.error());
+    auto report = [i, now = clock_.now()](store::Database& db) -> Status {
+      return events::record(db, now, "instance.repaired", i.id, i.owner,
+                            "instance " + i.name + " was found running while " + std::string(to_string(i.state)) +
+                                "; its container was stopped",
+                            json::object{{"name", i.name}, {"state", std::string(to_string(i.state))}});
+    };
+    co_return co_await store_.write(std::move(report));
+  }
+  co_return ok();
+}
+
+asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) {
+  const S from = i.state;
+  if (from == S::creating || from == S::starting) {
+    auto observed = co_await ensure(i, S::running);
+    if (from == S::creating) fault_point("create.after_engine");
     else fault_point("start.after_engine");
     auto now = clock_.now();
-    auto record = [i, from, observed, now](store::Database& db) -> Status {
+    auto record = [i, from, observed, now](store::Database& db) -> Result<bool> {
       auto current = load_instance(db, i.id);
-      if (!current || !*current) return fail(ErrorCode::not_found, "instance vanished");
+      if (!current) return fail(current.error());
+      if (!*current) return fail(ErrorCode::not_found, "instance vanished");
+      // Moved or changed meanwhile (a release, new ports): look again rather than overwrite.
+      if ((*current)->generation != i.generation) return true;
       Instance next = **current;
-      if (next.state != from) return ok();  // someone moved it meanwhile (e.g. release): their turn
-      if (observed && observed_running(*observed)) {
-        next.state = "running";
-        next.state_reason.clear();
-        next.started_at = now;
+      if (observed && observed_bool(*observed, "running")) {
         if (auto key = observed_string(*observed, "host_key"); !key.empty()) next.host_key = key;
         if (auto ip = observed_string(*observed, "ipv4"); !ip.empty()) next.ipv4 = ip;
         if (auto c = observed_string(*observed, "container_id"); !c.empty()) next.container_id = c;
         if (auto it = observed->find("cpus_capped"); it != observed->end() && it->value().is_bool())
           next.cpus_capped = it->value().as_bool();
-      } else {
-        // Creation failed: the record says why and holds nothing; a failed start stays stopped.
-        std::string why = observed ? "the container did not start" : observed.error().detail;
-        next.state = from == "creating" ? "error" : "stopped";
-        next.state_reason = (from == "creating" ? "create failed: " : "start failed: ") + why;
-        next.stopped_at = now;
-        if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
+        if (auto s = transition(db, **current, next, Transition{S::running, "", {}}, now); !s) return fail(s.error());
+        return false;
       }
-      return update_and_record(db, from, next, now);
+      // Creation failed: the record says why and holds nothing; a failed start stays stopped.
+      std::string why = observed ? "the container did not start" : observed.error().detail;
+      const bool creating = from == S::creating;
+      Transition t{creating ? S::error : S::stopped, (creating ? "create failed: " : "start failed: ") + why, {}};
+      if (auto s = transition(db, **current, next, t, now); !s) return fail(s.error());
+      return false;
     };
     co_return co_await store_.write(std::move(record));
   }
-  if (from == "stopping") {
-    auto observed = co_await ensure(i, "stopped");
-    if (!observed) co_return tl::unexpected(observed.error());
+  if (from == S::stopping) {
+    auto observed = co_await ensure(i, S::stopped);
+    if (!observed) co_return fail(observed.error());
     fault_point("stop.before_state_commit");
     auto now = clock_.now();
-    auto record = [this, i, now](store::Database& db) -> Status {
+    auto record = [i, now](store::Database& db) -> Result<bool> {
       auto current = load_instance(db, i.id);
-      if (!current || !*current) return fail(ErrorCode::not_found, "instance vanished");
+      if (!current) return fail(current.error());
+      if (!*current) return fail(ErrorCode::not_found, "instance vanished");
+      if ((*current)->generation != i.generation) return true;
       Instance next = **current;
-      if (next.state != "stopping") return ok();
-      if (next.started_at)
-        next.run_seconds += std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(now - *next.started_at).count());
-      next.started_at.reset();
-      next.stopped_at = now;
-      if (next.state_reason == "restart") {
-        next.state = "starting";  // keeps its reservation across a restart
-      } else {
-        next.state = "stopped";
-        // Pay-as-you-go gives its GPUs, CPU and memory back; someone else may take them.
-        if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
-      }
-      (void)this;
-      return update_and_record(db, "stopping", next, now);
+      // A restart keeps its reservation and goes straight on to start.
+      const bool restart = next.state_reason == "restart";
+      if (auto s = transition(db, **current, next, Transition{restart ? S::starting : S::stopped, "", {}}, now); !s)
+        return fail(s.error());
+      return restart;
     };
     co_return co_await store_.write(std::move(record));
   }
-  if (from == "releasing") {
+  if (from == S::releasing) {
     std::string host = i.host_name.value_or(""), kind = "instance.remove";
     json::object desired;
     desired["instance_id"] = i.id;
-    auto outcome = co_await send(host, kind, std::move(desired));
-    if (!outcome) co_return tl::unexpected(outcome.error());
-    if (!outcome->ok) co_return tl::unexpected(agent::outcome_error(*outcome));
+    desired["generation"] = i.generation;
+    auto outcome = co_await send(host, kind, std::move(desired), command_id(i, "remove"));
+    if (!outcome) co_return fail(outcome.error());
+    if (!outcome->ok) co_return fail(agent::outcome_error(*outcome));
     fault_point("release.before_state_commit");
     auto now = clock_.now();
-    auto record = [i, now](store::Database& db) -> Status {
+    auto record = [i, now](store::Database& db) -> Result<bool> {
       auto current = load_instance(db, i.id);
-      if (!current || !*current) return fail(ErrorCode::not_found, "instance vanished");
+      if (!current) return fail(current.error());
+      if (!*current) return fail(ErrorCode::not_found, "instance vanished");
+      if ((*current)->generation != i.generation) return true;
       Instance next = **current;
-      if (next.state != "releasing") return ok();
-      if (next.started_at)
-        next.run_seconds += std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(now - *next.started_at).count());
-      next.started_at.reset();
-      next.state = "released";
-      next.state_reason.clear();
-      next.released_at = now;
-      if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
-      if (auto s = free_ports(db, i.id); !s) return s;
-      return update_and_record(db, "releasing", next, now);
+      if (auto s = transition(db, **current, next, Transition{S::released, "", {}}, now); !s) return fail(s.error());
+      return false;
     };
     co_return co_await store_.write(std::move(record));
   }
-  co_return ok();
+  co_return false;
 }
 
 void InstanceService::start_background(std::chrono::seconds period) {
   period_ = period;
   asio::co_spawn(loop_, reconcile(), asio::detached);
+}
+
+void InstanceService::stop_background() {
+  stopped_ = true;
+  reconcile_timer_.cancel();
 }
 
 asio::awaitable<void> InstanceService::refresh_images() {
@@ -246,16 +318,16 @@ asio::awaitable<void> InstanceService::refresh_images() {
   if (found == nullptr || !found->is_object()) co_return;
   bool pulling = false;
   for (const auto& [ref, seen] : found->as_object())
-    pulling = pulling || (seen.is_object() && seen.as_object().contains("pulling") && seen.as_object().at("pulling").as_bool());
+    pulling = pulling || (seen.is_object() && observed_bool(seen.as_object(), "pulling"));
   auto record = [images = *images, found = found->as_object(), host, event_time = clock_.now()](store::Database& db) -> Status {
     for (const auto& img : images) {
       const auto* o = found.if_contains(img.engine_image);
       if (o == nullptr || !o->is_object()) continue;
       const auto& seen_json = o->as_object();
       EngineImage seen;
-      seen.present = seen_json.contains("present") && seen_json.at("present").as_bool();
+      seen.present = observed_bool(seen_json, "present");
       if (const auto* s = seen_json.if_contains("size_bytes"); s && s->is_int64()) seen.size_bytes = s->as_int64();
-      seen.pulling = seen_json.contains("pulling") && seen_json.at("pulling").as_bool();
+      seen.pulling = observed_bool(seen_json, "pulling");
       seen.pull_error = observed_string(seen_json, "pull_error");
       std::string before = img.state + "|" + img.state_reason + "|" + std::to_string(img.size_bytes);
       if (auto s = record_engine_image(db, img, seen, host); !s) return s;
@@ -294,22 +366,39 @@ asio::awaitable<void> InstanceService::follow_up_images() {
 }
 
 void InstanceService::schedule_reconcile() {
+  if (stopped_) return;
   reconcile_timer_.expires_after(period_);
   reconcile_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) asio::co_spawn(loop_, reconcile(), asio::detached);
+    if (!ec && !stopped_) asio::co_spawn(loop_, reconcile(), asio::detached);
   });
 }
-
-namespace {
-struct ContainerReport {
-  bool exists = false, running = false;
-  std::string reason;
-};
-}  // namespace
 
 asio::awaitable<void> InstanceService::reconcile() {
   if (reconciling_) co_return;
   reconciling_ = true;
+  try {
+    co_await reconcile_pass();
+  } catch (const std::exception& e) {  // never the end of reconciliation
+    spdlog::error(R"({{"event":"reconcile_failed","detail":"{}"}})", e.what());
+  }
+  reconciling_ = false;
+  schedule_reconcile();
+}
+
+namespace {
+// The engine reports RFC 3339 wall-clock times; runs are accounted on the platform clock
+// (which a test clock may have moved), so carry over how long ago the container exited.
+std::optional<SysTime> platform_time_of(const std::string& engine_time, SysTime platform_now) {
+  if (engine_time.empty()) return std::nullopt;
+  auto wall = parse_rfc3339(engine_time);
+  if (!wall) return std::nullopt;
+  auto ago = system_now() - *wall;
+  if (ago < std::chrono::seconds(0)) ago = std::chrono::seconds(0);
+  return platform_now - std::chrono::duration_cast<SysTime::duration>(ago);
+}
+}  // namespace
+
+asio::awaitable<void> InstanceService::reconcile_pass() {
   auto load = [](store::Database& db) { return live_instances(db); };
   auto live = co_await store_.read(std::move(load));
   std::set<std::string> hosts;
@@ -319,6 +408,7 @@ asio::awaitable<void> InstanceService::reconcile() {
   }
   std::map<std::string, ContainerReport> seen;
   bool complete = true;
+  const SysTime platform_now = clock_.now();
   for (const auto& host : hosts) {
     std::string kind = "instance.status";
     auto outcome = co_await send(host, kind, json::object());
@@ -326,22 +416,31 @@ asio::awaitable<void> InstanceService::reconcile() {
       complete = false;
       continue;
     }
-    auto instances = outcome->observed.find("instances");
-    if (instances != outcome->observed.end() && instances->value().is_array()) {
-      for (const auto& v : instances->value().as_array()) {
-        const auto& o = v.as_object();
+    const auto* instances = outcome->observed.if_contains("instances");
+    if (instances && instances->is_array()) {
+      for (const auto& v : instances->as_array()) {
+        const auto* o = v.if_object();
+        if (o == nullptr || observed_string(*o, "instance_id").empty()) {
+          // A reply we cannot read says nothing about any instance: repair nothing from it.
+          spdlog::warn(R"({{"event":"agent_reply_malformed","host":"{}","kind":"instance.status"}})", host);
+          complete = false;
+          continue;
+        }
         ContainerReport r;
-        r.exists = o.contains("exists") && o.at("exists").as_bool();
-        r.running = o.contains("running") && o.at("running").as_bool();
-        r.reason = observed_string(o, "state_reason");
-        seen[observed_string(o, "instance_id")] = r;
+        r.exists = observed_bool(*o, "exists");
+        r.running = observed_bool(*o, "running");
+        r.reason = observed_string(*o, "state_reason");
+        r.finished_at = platform_time_of(observed_string(*o, "finished_at"), platform_now);
+        seen[observed_string(*o, "instance_id")] = r;
       }
     }
-    auto unknown = outcome->observed.find("unknown_containers");
-    if (unknown != outcome->observed.end() && unknown->value().is_array()) {
-      for (const auto& v : unknown->value().as_array()) {
-        std::string container = observed_string(v.as_object(), "container_id");
-        const bool running = v.as_object().contains("running") && v.as_object().at("running").as_bool();
+    const auto* unknown = outcome->observed.if_contains("unknown_containers");
+    if (unknown && unknown->is_array()) {
+      for (const auto& v : unknown->as_array()) {
+        const auto* o = v.if_object();
+        if (o == nullptr) continue;
+        std::string container = observed_string(*o, "container_id");
+        const bool running = observed_bool(*o, "running");
         // Ours by label but unrecorded: stopped and reported (once), never deleted.
         if (!running && reported_unknown_.contains(container)) continue;
         bool ok_stop = true;
@@ -375,30 +474,16 @@ asio::awaitable<void> InstanceService::reconcile() {
         kick(i.id);  // a crash left it half-way: finish the step
         continue;
       }
-      if (i.state != "running" || !complete || converging_.count(i.id)) continue;
+      if (!complete) continue;
       auto it = seen.find(i.id);
-      bool exists = it != seen.end() && it->second.exists;
-      bool running = exists && it->second.running;
-      if (running) continue;
-      std::string reason = !exists ? "the container vanished" : (it->second.reason.empty() ? "exited" : it->second.reason);
-      auto now = clock_.now();
-      auto repair = [i, exists, reason, now](store::Database& db) -> Status {
-        auto current = load_instance(db, i.id);
-        if (!current || !*current || (*current)->state != "running") return ok();
-        Instance next = **current;
-        if (next.started_at)
-          next.run_seconds += std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(now - *next.started_at).count());
-        next.started_at.reset();
-        next.stopped_at = now;
-        next.state = exists ? "stopped" : "error";
-        next.state_reason = reason;
-        if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
-        return update_and_record(db, "running", next, now);
-      };
-      if (auto s = co_await store_.write(std::move(repair)); !s)
-        spdlog::warn("reconcile {}: {}", i.id, s.error().detail);
-      else
-        spdlog::info(R"({{"event":"instance_{}","instance":"{}","reason":"{}"}})", exists ? "stopped" : "error", i.id, reason);
+      ContainerReport r = it != seen.end() ? it->second : ContainerReport{};
+      const bool needs_repair = (i.state == S::running && !r.running) ||
+                                ((i.state == S::stopped || i.state == S::error) && r.running);
+      if (!needs_repair) continue;
+      // Repairs go through the instance's queue, behind whatever it is doing now, and apply
+      // only if the instance is still at the generation this report describes.
+      observations_[i.id] = Observation{i.generation, r};
+      kick(i.id);
     }
   }
   // Reservations that no live instance explains are freed.
@@ -406,22 +491,18 @@ asio::awaitable<void> InstanceService::reconcile() {
     auto holders = market::reservation_holders(db);
     if (!holders) return fail(holders.error());
     for (const auto& h : *holders) {
-      auto row = db.one("SELECT state FROM instances WHERE id = ?", {h});
-      if (!row) return fail(row.error());
-      std::string state = *row ? (*row)->text(0) : "";
-      bool explained = state == "creating" || state == "starting" || state == "running" || state == "stopping" ||
-                       state == "releasing";
-      if (!explained) {
+      auto state = instance_state_of(db, h);
+      if (!state) return fail(state.error());
+      if (!*state || !holds_reservation(**state)) {
         if (auto r = market::release_reservation(db, h, now); !r) return fail(r.error());
-        spdlog::warn(R"({{"event":"reservation_freed","holder":"{}","state":"{}"}})", h, state);
+        spdlog::warn(R"({{"event":"reservation_freed","holder":"{}","state":"{}"}})", h,
+                     *state ? std::string(to_string(**state)) : std::string());
       }
     }
     return ok();
   };
   if (auto s = co_await store_.write(std::move(free_orphans)); !s) spdlog::warn("reconcile reservations: {}", s.error().detail);
   co_await refresh_images();
-  reconciling_ = false;
-  schedule_reconcile();
 }
 
 }  // namespace gpucloud::instances

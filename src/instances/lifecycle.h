@@ -5,6 +5,7 @@
 // container or a restarted engine left behind. Level-triggered: it always acts on what the
 // store says now, so running it twice, or after a crash, is safe.
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -27,31 +28,53 @@ class InstanceService {
   ~InstanceService();
 
   // Makes the engine match the recorded state of `id`, soon (coalesces repeated kicks).
+  // Everything that talks to the agent about one instance (converge, refresh, reconcile's
+  // repairs) runs in that instance's one queue, one step at a time, in order.
   void kick(const std::string& id);
-  // Re-sends a running instance's desired state (ports changed while it runs).
-  void refresh_running(const std::string& id);
+  // Re-sends the instance's desired state in its current state (ports or name changed).
+  void refresh(const std::string& id);
   // Compares every live instance with what the agent reports and repairs the difference.
+  // Never throws; always schedules the next pass.
   boost::asio::awaitable<void> reconcile();
   // Reconciles now and then every `period`.
   void start_background(std::chrono::seconds period = std::chrono::seconds(10));
+  // Stops scheduling passes (shutdown).
+  void stop_background();
 
   // Seconds spent running, including the current run.
   std::int64_t run_seconds_now(const Instance& instance) const;
   ViewContext view() const { return ViewContext{config_.public_host, config_.currency}; }
+  // True while no step is queued or running for `id` (tests).
+  bool idle(const std::string& id) const { return !converging_.contains(id); }
+
+  // What the agent reported about one instance's container.
+  struct ContainerReport {
+    bool exists = false, running = false;
+    std::string reason;
+    std::optional<SysTime> finished_at;  // on the platform clock
+  };
 
  private:
+  struct Observation {  // reconcile's report, applied in the queue if the generation still matches
+    std::int64_t generation = 0;
+    ContainerReport report;
+  };
   boost::asio::awaitable<void> converge(std::string id);
-  boost::asio::awaitable<Status> converge_once(const Instance& instance);
+  // One step; returns whether another is needed now.
+  boost::asio::awaitable<Result<bool>> step(const std::string& id);
+  boost::asio::awaitable<Result<bool>> converge_once(const Instance& instance);
+  boost::asio::awaitable<Status> apply_observation(const Instance& instance, const Observation& seen);
+  boost::asio::awaitable<Status> resend_desired(const Instance& instance);
   boost::asio::awaitable<Result<agent::CommandOutcome>> send(const std::string& host_name, const std::string& kind,
-                                                             boost::json::object desired);
-  boost::asio::awaitable<Result<boost::json::object>> ensure(const Instance& instance, const std::string& state);
+                                                             boost::json::object desired, std::string command_id = "");
+  boost::asio::awaitable<Result<boost::json::object>> ensure(const Instance& instance, InstanceState desired);
+  boost::asio::awaitable<void> reconcile_pass();
   void schedule_reconcile();
   // Asks the engine about each public image: its size, or that it is missing.
   boost::asio::awaitable<void> refresh_images();
   boost::asio::awaitable<void> follow_up_images();
-  bool images_followup_ = false;
-  std::set<std::string> reported_unknown_;  // unknown containers already reported (this run)  // a quicker look is scheduled while a pull runs
-  boost::asio::awaitable<void> refresh(std::string id);
+  bool images_followup_ = false;  // a quicker look is scheduled while a pull runs
+  std::set<std::string> reported_unknown_;  // unknown containers already reported (this run)
 
   boost::asio::any_io_executor loop_;
   const config::Config& config_;
@@ -60,7 +83,10 @@ class InstanceService {
   agent::HostAgent& agent_;
   std::set<std::string> converging_;
   std::set<std::string> dirty_;
+  std::set<std::string> refresh_wanted_;
+  std::map<std::string, Observation> observations_;
   bool reconciling_ = false;
+  bool stopped_ = false;
   std::chrono::seconds period_{10};
   boost::asio::steady_timer reconcile_timer_;
 };

@@ -263,7 +263,7 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   i.id = "i-1";
   i.owner = "u-1";
   i.name = "train-1";
-  i.state = "running";
+  i.state = instances::InstanceState::running;
   i.zone = "zone-a";
   i.host_name = "host-1";
   i.gpu_model = "RTX 4090";

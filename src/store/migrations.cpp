@@ -203,6 +203,10 @@ CREATE INDEX events_by_resource ON events(resource, seq);
     {5, R"sql(
 ALTER TABLE images ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 )sql"},
+    // Instances: the generation every write compares and sets, and that fences agent commands.
+    {6, R"sql(
+ALTER TABLE instances ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+)sql"},
 };
 
 }  // namespace

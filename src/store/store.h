@@ -95,12 +95,18 @@ class Store {
   R run_read(F& work) {
     auto db = take_reader();
     if (!db) return R(tl::unexpected(Error{ErrorCode::unavailable, "store: no read connection", {}, 0}));
+    // One read transaction per call: every statement in `work` sees the same snapshot.
+    if (auto s = db->exec_script("BEGIN"); !s) {
+      give_back_reader(std::move(db));
+      return R(tl::unexpected(s.error()));
+    }
     std::optional<R> attempt;
     try {
       attempt.emplace(work(*db));
     } catch (const std::exception& e) {
       attempt.emplace(tl::unexpected(Error{ErrorCode::internal, std::string("store: ") + e.what(), {}, 0}));
     }
+    (void)db->exec_script("COMMIT");  // read-only: ends the snapshot, nothing to lose
     give_back_reader(std::move(db));
     R result = std::move(*attempt);
     return result;

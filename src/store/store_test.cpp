@@ -69,6 +69,28 @@ TEST(StoreTest, WritesRollBackOnErrorAndReadsSeeCommits) {
   EXPECT_EQ((*seen)->text(0), "2");
 }
 
+// A read is one snapshot: a commit that lands between two of its statements is not seen.
+TEST(StoreTest, EachReadIsOneSnapshot) {
+  auto store = Store::open(temp_db(), 2);
+  ASSERT_TRUE(store);
+  ASSERT_TRUE((*store)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('s', 'before')"); }));
+  Store& st = **store;
+  auto seen = st.read_now([&st](Database& db) -> Result<std::pair<std::string, std::string>> {
+    auto first = db.one("SELECT value FROM meta WHERE key = 's'");
+    if (!first || !*first) return fail(ErrorCode::internal, "no first row");
+    auto changed = st.write_now([](Database& w) { return w.run("UPDATE meta SET value = 'after' WHERE key = 's'"); });
+    if (!changed) return fail(changed.error());
+    auto second = db.one("SELECT value FROM meta WHERE key = 's'");
+    if (!second || !*second) return fail(ErrorCode::internal, "no second row");
+    return std::make_pair((*first)->text(0), (*second)->text(0));
+  });
+  ASSERT_TRUE(seen) << seen.error().detail;
+  EXPECT_EQ(seen->first, "before");
+  EXPECT_EQ(seen->second, "before");
+  auto later = st.read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 's'"); });
+  EXPECT_EQ((*later)->text(0), "after");
+}
+
 TEST(StoreTest, AwaitedWritesAndReadsResumeOnTheLoopThread) {
   auto store = Store::open(temp_db(), 2);
   ASSERT_TRUE(store);

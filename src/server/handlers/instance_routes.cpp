@@ -8,6 +8,7 @@
 #include "core/ids.h"
 #include "core/time_format.h"
 #include "core/fault_points.h"
+#include "instances/actions.h"
 #include "instances/images.h"
 #include "instances/password_hash.h"
 #include "instances/ssh_keys.h"
@@ -25,19 +26,7 @@ namespace {
 
 constexpr std::size_t kMaxPorts = 10;
 
-struct CreateSpec {
-  std::string name, zone, image;
-  std::optional<std::string> gpu_model;
-  int gpu_count = 0;
-  int cpu = 0;
-  std::int64_t memory_gib = 0;
-  std::int64_t system_disk_gib = 30;
-  std::vector<int> ports{22};
-  std::vector<std::string> ssh_keys;
-  std::optional<std::string> password_hash;
-  std::string billing_mode = "hourly";
-  bool auto_renew = true;
-};
+using CreateSpec = instances::CreateRequest;
 
 Result<std::vector<int>> parse_ports(const json::object& body) {
   auto it = body.find("ports");
@@ -165,26 +154,12 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
   return std::make_pair(std::move(s), *password);
 }
 
-std::int64_t hourly_price(const market::PriceTable& prices, const std::optional<std::string>& model, int gpus) {
-  if (!model || gpus == 0) return prices.no_gpu_per_hour;
-  auto it = prices.gpus.find(*model);
-  return it == prices.gpus.end() ? 0 : it->second.per_gpu_hour * gpus;
-}
-
 Response instance_response(App& app, int status, const Instance& i) {
   auto& svc = app.instances();
   return json_response(status, instances::instance_json(i, svc.view(), svc.run_seconds_now(i)));
 }
 
-// The instance for this caller: their own by id or name; the operator may address anyone's.
-Result<Instance> caller_instance(store::Database& db, const auth::Principal& caller, const std::string& id_or_name) {
-  auto own = instances::find_owned_instance(db, caller.user.id, id_or_name);
-  if (own || !caller.user.is_admin() || own.error().code != ErrorCode::not_found) return own;
-  auto any = instances::load_instance(db, id_or_name);
-  if (!any) return tl::unexpected(any.error());
-  if (!*any) return own;
-  return std::move(**any);
-}
+instances::Actor actor_of(const auth::Principal& caller) { return instances::Actor{caller.user.id, caller.user.is_admin()}; }
 
 asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
   App& app = ctx.app;
@@ -200,61 +175,10 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     spec.password_hash = *hash;
   }
   std::string id = new_id("i");
-  auto effect = [&app, spec, id, owner = ctx.caller().user.id, now = app.clock().now()](store::Database& db) -> Result<Response> {
-    const auto& quotas = app.config().quotas;
-    auto counts = db.one("SELECT COUNT(*), COALESCE(SUM(CASE WHEN no_gpu = 0 AND state IN ('creating','starting','running','stopping') "
-                         "THEN gpu_count ELSE 0 END), 0) FROM instances WHERE owner = ? AND state != 'released'",
-                         {owner});
-    if (!counts) return tl::unexpected(counts.error());
-    if ((*counts)->int64(0) + 1 > quotas.instances)
-      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.instances) + " instances");
-    // Only what adds GPUs can pass the GPU limit (a no-GPU instance never does).
-    if (spec.gpu_count > 0 && (*counts)->int64(1) + spec.gpu_count > quotas.gpus)
-      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.gpus) + " GPUs held at once; you hold " +
-                                                 std::to_string((*counts)->int64(1)));
-    auto taken = db.one("SELECT 1 FROM instances WHERE owner = ? AND name = ? AND state != 'released'", {owner, spec.name});
-    if (!taken) return tl::unexpected(taken.error());
-    if (*taken) return fail(ErrorCode::conflict, "you already have an instance named " + spec.name);
-    auto image = instances::find_image(db, owner, spec.image);
-    if (!image) return fail(ErrorCode::invalid_argument, "image: " + image.error().detail);
-    if (image->state != "available")
-      return fail(ErrorCode::invalid_argument, "image: " + image->name + " is not available (" +
-                                                   (image->state_reason.empty() ? image->state : image->state_reason) + ")");
-    Instance i;
-    i.id = id;
-    i.owner = owner;
-    i.name = spec.name;
-    i.state = "creating";
-    i.zone = spec.zone;
-    i.gpu_model = spec.gpu_model;
-    i.gpu_count = spec.gpu_count;
-    i.cpu = spec.cpu;
-    i.memory_gib = spec.memory_gib;
-    i.system_disk_gib = spec.system_disk_gib;
-    i.image_id = image->id;
-    i.password_hash = spec.password_hash;
-    i.billing_mode = spec.billing_mode;
-    i.auto_renew = spec.auto_renew;
-    i.created_at = now;
-    for (const auto& k : spec.ssh_keys) {
-      auto key = instances::find_ssh_key(db, owner, k);
-      if (!key) return fail(ErrorCode::invalid_argument, "ssh_keys: " + key.error().detail);
-      i.ssh_keys.push_back(key->id);
-    }
-    auto prices = market::load_prices(db);
-    if (!prices) return tl::unexpected(prices.error());
-    i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
-    scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib};
-    auto reservation = market::reserve(db, id, request, std::nullopt, now);
-    if (!reservation) return tl::unexpected(reservation.error());
-    i.host_id = reservation->host_id;
-    if (auto s = instances::insert_instance(db, i); !s) return tl::unexpected(s.error());
-    auto ports = instances::allocate_ports(db, id, reservation->host_id, spec.ports);
-    if (!ports) return tl::unexpected(ports.error());
-    if (auto s = instances::record_state_event(db, i, now); !s) return tl::unexpected(s.error());
-    auto stored = instances::load_instance(db, id);
-    if (!stored || !*stored) return fail(ErrorCode::internal, "instance not recorded");
-    return instance_response(app, 202, **stored);
+  auto effect = [&app, spec, id, actor = actor_of(ctx.caller()), now = app.clock().now()](store::Database& db) -> Result<Response> {
+    auto created = instances::create_instance(db, app.config(), actor, id, spec, now);
+    if (!created) return tl::unexpected(created.error());
+    return instance_response(app, 202, *created);
   };
   auto response = co_await app.run_idempotent(ctx, std::move(effect));
   if (response && response->status == 202) {
@@ -282,12 +206,11 @@ asio::awaitable<Result<Response>> list_for(RequestContext& ctx, bool everyone) {
     else with_released = true;
   }
   if (everyone) owner.reset();
-  std::optional<std::string> state;
+  std::optional<instances::InstanceState> state;
   if (!query["state"].empty()) {
-    static const std::set<std::string> kStates{"creating", "running", "stopping", "stopped", "starting", "releasing", "released", "error"};
-    if (!kStates.contains(query["state"]))
+    state = instances::parse_instance_state(query["state"]);
+    if (!state)
       co_return fail(ErrorCode::invalid_argument, "state: must be one of creating, running, stopping, stopped, starting, releasing, released, error");
-    state = query["state"];
   }
   auto read = [owner, state, with_released](store::Database& db) { return instances::list_instances(db, owner, state, with_released); };
   auto all = co_await ctx.app.store().read(std::move(read));
@@ -302,113 +225,39 @@ asio::awaitable<Result<Response>> list(RequestContext& ctx) { co_return co_await
 asio::awaitable<Result<Response>> list_all(RequestContext& ctx) { co_return co_await list_for(ctx, true); }
 
 asio::awaitable<Result<Response>> get(RequestContext& ctx) {
-  auto read = [caller = ctx.caller(), id = ctx.param("id")](store::Database& db) { return caller_instance(db, caller, id); };
+  auto read = [actor = actor_of(ctx.caller()), id = ctx.param("id")](store::Database& db) { return instances::find_for(db, actor, id); };
   auto i = co_await ctx.app.store().read(std::move(read));
   if (!i) co_return tl::unexpected(i.error());
   co_return instance_response(ctx.app, 200, *i);
 }
 
-// One action = one transaction: load, compare-and-set, then the engine work is kicked.
-template <class Step>
-asio::awaitable<Result<Response>> act(RequestContext& ctx, Step step) {
+// One action = one transaction (instances/actions.h); the engine work is kicked after the commit.
+template <class Action>
+asio::awaitable<Result<Response>> act(RequestContext& ctx, Action action) {
   App& app = ctx.app;
-  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), step, now = app.clock().now()](store::Database& db) mutable -> Result<Response> {
-    auto i = caller_instance(db, caller, id);
-    if (!i) return tl::unexpected(i.error());
-    std::string before = i->state;
-    auto s = step(db, *i);
-    if (!s) return tl::unexpected(s.error());
-    auto stored = instances::load_instance(db, i->id);
-    if (!stored || !*stored) return fail(ErrorCode::internal, "instance not recorded");
-    if ((*stored)->state != before)
-      if (auto r = instances::record_state_event(db, **stored, now); !r) return tl::unexpected(r.error());
-    return instance_response(app, 202, **stored);
-  };
-  auto response = co_await app.store().write(std::move(effect));
-  if (response) {
-    boost::system::error_code ec;
-    auto v = json::parse(response->body, ec);
-    if (!ec) app.instances().kick(std::string(v.at("id").as_string()));
-  }
-  co_return response;
+  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), action,
+                 now = app.clock().now()](store::Database& db) -> Result<Instance> { return action(db, actor, id, now); };
+  auto moved = co_await app.store().write(std::move(effect));
+  if (!moved) co_return tl::unexpected(moved.error());
+  app.instances().kick(moved->id);
+  co_return instance_response(app, 202, *moved);
 }
 
-asio::awaitable<Result<Response>> stop(RequestContext& ctx) {
-  auto step = [](store::Database& db, Instance& i) -> Status {
-    // A stop while stopping answers 202; during a restart it also cancels the start that follows.
-    if (i.state == "stopping")
-      return i.state_reason == "restart" ? instances::compare_and_set_state(db, i.id, {"stopping"}, "stopping", "") : ok();
-    if (i.state != "running") return fail(ErrorCode::conflict, "the instance is " + i.state + "; only a running instance can stop");
-    return instances::compare_and_set_state(db, i.id, {"running"}, "stopping", "");
-  };
-  co_return co_await act(ctx, step);
-}
-
-asio::awaitable<Result<Response>> restart(RequestContext& ctx) {
-  auto step = [](store::Database& db, Instance& i) -> Status {
-    if (i.state == "stopping" && i.state_reason == "restart") return ok();
-    if (i.state != "running") return fail(ErrorCode::conflict, "the instance is " + i.state + "; only a running instance can restart");
-    return instances::compare_and_set_state(db, i.id, {"running"}, "stopping", "restart");
-  };
-  co_return co_await act(ctx, step);
-}
+asio::awaitable<Result<Response>> stop(RequestContext& ctx) { co_return co_await act(ctx, instances::stop_instance); }
+asio::awaitable<Result<Response>> restart(RequestContext& ctx) { co_return co_await act(ctx, instances::restart_instance); }
+asio::awaitable<Result<Response>> release(RequestContext& ctx) { co_return co_await act(ctx, instances::release_instance); }
 
 asio::awaitable<Result<Response>> start(RequestContext& ctx) {
   auto body = api::parse_object(ctx.request.body);
   if (!body) co_return tl::unexpected(body.error());
   auto no_gpu_flag = api::optional_bool(*body, "no_gpu");
   if (!no_gpu_flag) co_return tl::unexpected(no_gpu_flag.error());
-  bool no_gpu = no_gpu_flag->value_or(false);
+  const bool no_gpu = no_gpu_flag->value_or(false);
   const config::Config& cfg = ctx.app.config();
-  auto now = ctx.app.clock().now();
-  const auto quotas = cfg.quotas;
-  auto step = [&cfg, quotas, no_gpu, now](store::Database& db, Instance& i) -> Status {
-    if (i.state == "starting") return ok();
-    if (i.state != "stopped") return fail(ErrorCode::conflict, "the instance is " + i.state + "; only a stopped instance can start");
-    if (!i.host_id) return fail(ErrorCode::conflict, "the instance has no host");
-    bool gpu_run = !no_gpu && i.gpu_count > 0;
-    if (gpu_run) {
-      // A start takes GPUs again: the same limit as a create (spec, "Quotas").
-      auto held = db.one("SELECT COALESCE(SUM(gpu_count), 0) FROM instances WHERE owner = ? AND id != ? AND no_gpu = 0 "
-                         "AND state IN ('creating','starting','running','stopping')",
-                         {i.owner, i.id});
-      if (!held) return tl::unexpected(held.error());
-      if ((*held)->int64(0) + i.gpu_count > quotas.gpus)
-        return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(quotas.gpus) + " GPUs held at once; you hold " +
-                                                   std::to_string((*held)->int64(0)) + "; start it with no_gpu to reach its data");
-    }
-    const config::Offer* offer = i.gpu_model ? cfg.find_offer(*i.gpu_model) : nullptr;
-    Instance next = i;
-    next.no_gpu = !gpu_run && i.gpu_count > 0;
-    next.cpu = gpu_run && offer ? offer->cpu_per_gpu * i.gpu_count : cfg.no_gpu_offer.cpu;
-    next.memory_gib = gpu_run && offer ? offer->memory_gib_per_gpu * i.gpu_count : cfg.no_gpu_offer.memory_gib;
-    scheduler::PlacementRequest request{i.zone, gpu_run ? i.gpu_model.value_or("") : "", gpu_run ? i.gpu_count : 0, next.cpu,
-                                        next.memory_gib};
-    auto reservation = market::reserve(db, i.id, request, i.host_id, now);
-    if (!reservation) {
-      Error e = reservation.error();
-      if (e.code == ErrorCode::no_capacity)
-        e.detail = "cannot start on its host " + i.host_name.value_or("") + ": " + e.detail +
-                   (gpu_run ? "; start it with no_gpu to reach its data" : "");
-      return tl::unexpected(e);
-    }
-    auto prices = market::load_prices(db);
-    if (!prices) return tl::unexpected(prices.error());
-    next.price_per_hour = hourly_price(*prices, gpu_run ? i.gpu_model : std::nullopt, gpu_run ? i.gpu_count : 0);
-    next.state = "starting";
-    next.state_reason.clear();
-    return instances::update_instance_fields(db, next);
+  auto action = [&cfg, no_gpu](store::Database& db, const instances::Actor& actor, const std::string& id, SysTime now) {
+    return instances::start_instance(db, cfg, actor, id, no_gpu, now);
   };
-  co_return co_await act(ctx, step);
-}
-
-asio::awaitable<Result<Response>> release(RequestContext& ctx) {
-  auto step = [](store::Database& db, Instance& i) -> Status {
-    if (i.state == "releasing" || i.state == "released") return ok();  // a repeat
-    return instances::compare_and_set_state(db, i.id, {"creating", "running", "stopping", "stopped", "starting", "error"},
-                                            "releasing", "");
-  };
-  co_return co_await act(ctx, step);
+  co_return co_await act(ctx, action);
 }
 
 asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
@@ -439,44 +288,14 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
     ports = *p;
   }
   App& app = ctx.app;
-  auto effect = [&app, caller = ctx.caller(), id = ctx.param("id"), name = *name, ports, auto_renew](store::Database& db) -> Result<Response> {
-    auto i = caller_instance(db, caller, id);
-    if (!i) return tl::unexpected(i.error());
-    if (i->state == "releasing" || i->state == "released") return fail(ErrorCode::conflict, "the instance is " + i->state);
-    if (name && *name != i->name) {
-      auto taken = db.one("SELECT 1 FROM instances WHERE owner = ? AND name = ? AND state != 'released'", {i->owner, *name});
-      if (!taken) return tl::unexpected(taken.error());
-      if (*taken) return fail(ErrorCode::conflict, "you already have an instance named " + *name);
-      i->name = *name;
-      if (auto s = instances::update_instance_fields(db, *i); !s) return tl::unexpected(s.error());
-    }
-    if (auto_renew && *auto_renew != i->auto_renew) {
-      i->auto_renew = *auto_renew;
-      if (auto s = instances::update_instance_fields(db, *i); !s) return tl::unexpected(s.error());
-    }
-    if (ports && i->host_id) {
-      // Kept ports keep their host port; new ones get free ones; dropped ones are freed.
-      std::vector<int> added;
-      for (int p : *ports) {
-        bool had = std::any_of(i->ports.begin(), i->ports.end(), [&](const instances::PortBinding& b) { return b.container_port == p; });
-        if (!had) added.push_back(p);
-      }
-      for (const auto& b : i->ports)
-        if (std::find(ports->begin(), ports->end(), b.container_port) == ports->end())
-          if (auto s = db.run("DELETE FROM instance_ports WHERE instance_id = ? AND container_port = ?", {i->id, b.container_port}); !s)
-            return tl::unexpected(s.error());
-      if (auto a = instances::allocate_ports(db, i->id, *i->host_id, added); !a) return tl::unexpected(a.error());
-    }
-    auto stored = instances::load_instance(db, i->id);
-    return instance_response(app, 200, **stored);
-  };
-  auto response = co_await app.store().write(std::move(effect));
-  if (response && ports) {
-    boost::system::error_code ec;
-    auto v = json::parse(response->body, ec);
-    if (!ec) app.instances().refresh_running(std::string(v.at("id").as_string()));
-  }
-  co_return response;
+  instances::PatchRequest change{*name, ports, auto_renew};
+  auto effect = [actor = actor_of(ctx.caller()), id = ctx.param("id"), change,
+                 now = app.clock().now()](store::Database& db) { return instances::patch_instance(db, actor, id, change, now); };
+  auto patched = co_await app.store().write(std::move(effect));
+  if (!patched) co_return tl::unexpected(patched.error());
+  // The engine follows through the instance's own queue (ports within 2 s while it runs).
+  if (patched->engine_follows) app.instances().refresh(patched->instance.id);
+  co_return instance_response(app, 200, patched->instance);
 }
 
 }  // namespace

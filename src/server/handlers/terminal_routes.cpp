@@ -71,7 +71,8 @@ asio::awaitable<Result<Response>> open(RequestContext& ctx) {
   };
   auto instance = co_await ctx.app.store().read(std::move(read));
   if (!instance) co_return tl::unexpected(instance.error());
-  if (instance->state != "running") co_return fail(ErrorCode::conflict, "the instance is " + instance->state);
+  if (instance->state != instances::InstanceState::running)
+    co_return fail(ErrorCode::conflict, "the instance is " + std::string(instances::to_string(instance->state)));
   if (!ctx.request.websocket_upgrade)
     co_return fail(ErrorCode::invalid_argument, "this endpoint speaks WebSocket: send an Upgrade request");
   Response r{101, "", "", {}, {}, {}};

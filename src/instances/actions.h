@@ -1,0 +1,63 @@
+#pragma once
+// What a user (or a timer: autostop, arrears, scheduled stops) can do to an instance. Each
+// action runs inside the caller's write transaction, changes state only through
+// transition(), and leaves the engine work to InstanceService::kick(id) after the commit.
+// Handlers parse, authorize and answer; the rules live here.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/result.h"
+#include "core/time_format.h"
+#include "instances/instance_record.h"
+#include "store/database.h"
+
+namespace gpucloud::instances {
+
+// Who acts: a user on their own instances, or the operator (and the platform's timers) on any.
+struct Actor {
+  std::string user_id;
+  bool operator_role = false;
+};
+
+struct CreateRequest {
+  std::string name, zone, image;
+  std::optional<std::string> gpu_model;
+  int gpu_count = 0;
+  int cpu = 0;
+  std::int64_t memory_gib = 0;
+  std::int64_t system_disk_gib = 30;
+  std::vector<int> ports{22};
+  std::vector<std::string> ssh_keys;  // ids or names
+  std::optional<std::string> password_hash;
+  std::string billing_mode = "hourly";
+  bool auto_renew = true;
+};
+
+struct PatchRequest {
+  std::optional<std::string> name;
+  std::optional<std::vector<int>> ports;
+  std::optional<bool> auto_renew;
+};
+
+// The actor's instance by id or name; another user's is not_found (the operator sees all).
+Result<Instance> find_for(store::Database& db, const Actor& actor, const std::string& id_or_name);
+
+// Quotas, unique name, image, keys, prices, placement, host ports: all or nothing.
+Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
+                                 const std::string& id, const CreateRequest& request, SysTime now);
+Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
+Result<Instance> restart_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
+Result<Instance> start_instance(store::Database& db, const config::Config& config, const Actor& actor,
+                                const std::string& id_or_name, bool no_gpu, SysTime now);
+Result<Instance> release_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
+// Everything is checked before anything changes. The answer says whether the engine must follow.
+struct PatchOutcome {
+  Instance instance;
+  bool engine_follows = false;
+};
+Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, const std::string& id_or_name,
+                                    const PatchRequest& request, SysTime now);
+
+}  // namespace gpucloud::instances

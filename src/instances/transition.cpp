@@ -1,0 +1,56 @@
+#include "instances/transition.h"
+
+#include <algorithm>
+
+#include "market/reservations.h"
+
+namespace gpucloud::instances {
+
+namespace {
+std::int64_t seconds_between(SysTime from, SysTime to) {
+  return std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(to - from).count());
+}
+}  // namespace
+
+Status begin_instance(store::Database& db, Instance& i, SysTime now) {
+  i.state = InstanceState::creating;
+  i.generation = 1;
+  i.created_at = now;
+  if (auto s = insert_instance(db, i); !s) return s;
+  return record_state_event(db, i, now);
+}
+
+Status transition(store::Database& db, const Instance& loaded, Instance& next, const Transition& change, SysTime now) {
+  const InstanceState from = loaded.state, to = change.to;
+  next.state = to;
+  next.state_reason = change.reason;
+
+  // Run accounting: a run is open while started_at is set. It ends when the instance leaves
+  // the running/stopping pair (a restart's stopping -> starting ends one run too).
+  const bool run_ends = next.started_at && to != InstanceState::running && to != InstanceState::stopping;
+  if (run_ends) {
+    SysTime end = change.ended_at.value_or(now);
+    end = std::clamp(end, *next.started_at, std::max(now, *next.started_at));
+    next.run_seconds += seconds_between(*next.started_at, end);
+    next.started_at.reset();
+    next.stopped_at = end;
+  }
+  if (to == InstanceState::running && from != InstanceState::running) next.started_at = now;
+  if ((to == InstanceState::stopped || to == InstanceState::error) && !run_ends) next.stopped_at = now;
+  if (to == InstanceState::released) next.released_at = now;
+
+  // The compare-and-set: nothing else may have moved the row since it was loaded.
+  next.generation = loaded.generation + 1;
+  if (auto s = write_instance_state(db, loaded.id, from, loaded.generation, next); !s) return s;
+
+  // Reservations and ports follow the state (releasing keeps both until the container is gone).
+  if (!holds_reservation(to))
+    if (auto r = market::release_reservation(db, loaded.id, now); !r) return fail(r.error());
+  if (to == InstanceState::released)
+    if (auto s = free_ports(db, loaded.id); !s) return s;
+
+  if (to != from) return record_state_event(db, next, now);
+  return ok();
+}
+
+}  // namespace gpucloud::instances
