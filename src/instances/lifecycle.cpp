@@ -12,6 +12,7 @@
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
+#include "market/hosts.h"
 #include "market/reservations.h"
 
 namespace gpucloud::instances {
@@ -455,9 +456,9 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
         if (!reported_unknown_.insert(container).second) continue;
         // An operator event (no user), once per container and daemon run.
         auto report = [host, container, ok_stop, now = clock_.now()](store::Database& db) -> Status {
-          auto id = db.one("SELECT id FROM hosts WHERE name = ?", {host});
+          auto id = market::host_id_by_name(db, host);
           if (!id) return fail(id.error());
-          std::string resource = *id ? (*id)->text(0) : host;
+          std::string resource = id->value_or(host);
           return events::record(db, now, "host.unknown_container", resource, std::nullopt,
                                 "container " + container.substr(0, 12) + " on " + host +
                                     " carries this installation's label but no instance: " +

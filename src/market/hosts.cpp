@@ -197,4 +197,19 @@ json::object host_json(const HostRecord& h) {
   return o;
 }
 
+Result<std::vector<std::pair<std::string, std::string>>> reachable_hosts(store::Database& db) {
+  auto rows = db.all("SELECT id, name FROM hosts WHERE state != 'unreachable'");
+  if (!rows) return fail(rows.error());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : *rows) out.emplace_back(r.text(0), r.text(1));
+  return out;
+}
+
+Result<std::optional<std::string>> host_id_by_name(store::Database& db, const std::string& name) {
+  auto row = db.one("SELECT id FROM hosts WHERE name = ?", {name});
+  if (!row) return fail(row.error());
+  if (!*row) return std::optional<std::string>{};
+  return std::optional<std::string>{(*row)->text(0)};
+}
+
 }  // namespace gpucloud::market

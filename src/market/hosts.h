@@ -3,6 +3,7 @@
 // of capacity: what the scheduler reads and what reservations change.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json/object.hpp>
@@ -58,5 +59,9 @@ Result<std::optional<HostRecord>> find_host(store::Database& db, const std::stri
 // What the scheduler needs: per host, capacity and free GPUs (healthy, present, unreserved).
 scheduler::HostCapacity to_capacity(const HostRecord& host);
 Result<std::vector<scheduler::HostCapacity>> load_capacities(store::Database& db);
+
+// (id, name) of every host not marked unreachable.
+Result<std::vector<std::pair<std::string, std::string>>> reachable_hosts(store::Database& db);
+Result<std::optional<std::string>> host_id_by_name(store::Database& db, const std::string& name);
 
 }  // namespace gpucloud::market

@@ -12,6 +12,7 @@
 
 #include "auth/credentials.h"
 #include "core/ids.h"
+#include "store/meta.h"
 #include "events/events.h"
 #include "instances/images.h"
 
@@ -39,15 +40,9 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_image_routes(*this);
   register_event_routes(*this);
   register_terminal_routes(*this);
-  auto id = store_->write_now([](store::Database& db) -> Result<std::string> {
-    auto row = db.one("SELECT value FROM meta WHERE key = 'installation_id'");
-    if (!row) return tl::unexpected(row.error());
-    if (*row) return (*row)->text(0);
-    // Short and lower-case: it goes into container, network and nftables names.
-    std::string made = new_id("x").substr(2, 10);
-    if (auto s = db.run("INSERT INTO meta (key, value) VALUES ('installation_id', ?)", {made}); !s)
-      return tl::unexpected(s.error());
-    return made;
+  // Short and lower-case: it goes into container, network and nftables names.
+  auto id = store_->write_now([made = new_id("x").substr(2, 10)](store::Database& db) {
+    return store::get_or_set_meta(db, "installation_id", made);
   });
   installation_id_ = id ? *id : "unknown";
 }

@@ -44,14 +44,13 @@ asio::awaitable<Status> HostRegistry::start() {
     // A host the store knows but no agent registered now (taken out of the config, or its
     // agent gone): unreachable, so nothing is placed on it and the market does not count it.
     // Its record stays: instances may still name it.
-    auto known = db.all("SELECT id, name FROM hosts WHERE state != 'unreachable'");
+    auto known = market::reachable_hosts(db);
     if (!known) return tl::unexpected(known.error());
-    for (const auto& row : *known) {
-      std::string name = row.text(1);
+    for (const auto& [known_id, name] : *known) {
       bool registered = std::any_of(hosts.begin(), hosts.end(), [&](const agent::HostInventory& h) { return h.name == name; });
       if (registered) continue;
       if (auto s = market::set_host_state(db, name, "unreachable", std::nullopt); !s) return s;
-      if (auto s = events::record(db, now, "host.unreachable", row.text(0), std::nullopt,
+      if (auto s = events::record(db, now, "host.unreachable", known_id, std::nullopt,
                                   "host " + name + " was not registered at this start (no longer in the configuration?)",
                                   boost::json::object{{"name", name}, {"state", "unreachable"}});
           !s)
@@ -92,10 +91,10 @@ asio::awaitable<void> HostRegistry::check_liveness() {
       if (auto s = market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
           !s)
         return s;
-      auto id = db.one("SELECT id FROM hosts WHERE name = ?", {name});
+      auto id = market::host_id_by_name(db, name);
       if (!id || !*id) return ok();
       std::string state = alive ? "ready" : "unreachable";
-      return events::record(db, now, "host." + state, (*id)->text(0), std::nullopt,
+      return events::record(db, now, "host." + state, **id, std::nullopt,
                             "host " + name + (alive ? " answers again" : " stopped answering: its heartbeats ceased"),
                             boost::json::object{{"name", name}, {"state", state}});
     };

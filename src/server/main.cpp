@@ -1,4 +1,5 @@
 // gpucloudd: the control plane (and, all-in-one, the in-process agent).
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "config/config.h"
 #include "server/app.h"
 #include "server/http_server.h"
+#include "store/meta.h"
 
 namespace asio = boost::asio;
 using namespace gpucloud;
@@ -48,8 +50,12 @@ Result<config::Config> load(const Flags& flags) {
 }
 
 SysTime restored_test_time(store::Store& store) {
-  auto row = store.write_now([](store::Database& db) { return db.one("SELECT value FROM meta WHERE key = 'test_clock_now'"); });
-  if (row && *row) return from_unix_micros(std::stoll((*row)->text(0)));
+  auto value = store.read_now([](store::Database& db) { return store::get_meta(db, "test_clock_now"); });
+  if (value && *value) {
+    std::int64_t micros = 0;
+    auto [end, ec] = std::from_chars((*value)->data(), (*value)->data() + (*value)->size(), micros);
+    if (ec == std::errc() && end == (*value)->data() + (*value)->size()) return from_unix_micros(micros);
+  }
   return system_now();
 }
 

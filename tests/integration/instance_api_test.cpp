@@ -219,6 +219,36 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
   EXPECT_TRUE(stopped.at("state_reason").is_null()) << stopped;  // a plain stop, not a restart
 }
 
+// A port dropped from a stopped instance frees its host port in the store; the agent must
+// agree, so the next instance that gets that host port runs (it used to go to `error`:
+// "host port ... is already published").
+TEST_F(InstanceApiTest, DOCKER_ROOT_PortsDroppedWhileStoppedAreFreeForTheNextInstance) {
+  need_engine();
+  auto a = daemon_.post("/api/v1/instances", {{"name", "pa"}, {"gpu_count", 0}, {"ports", json::array{22, 8888}}}, user_);
+  ASSERT_EQ(a.status, 202) << a.body;
+  daemon_.wait_for_state("pa", "running", user_);
+  ASSERT_EQ(daemon_.post("/api/v1/instances/pa/stop", json::object{}, user_).status, 202);
+  daemon_.wait_for_state("pa", "stopped", user_);
+  auto before = daemon_.get("/api/v1/instances/pa", user_).json();
+  std::int64_t freed = 0;
+  for (const auto& p : before.at("ports").as_array())
+    if (p.at("port").as_int64() == 8888) freed = p.at("host_port").as_int64();
+  ASSERT_NE(freed, 0) << before;
+  auto patched = daemon_.request("PATCH", "/api/v1/instances/pa", R"({"ports": [22]})", user_);
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  auto b = daemon_.post("/api/v1/instances", {{"name", "pb"}, {"gpu_count", 0}, {"ports", json::array{8888}}}, user_);
+  ASSERT_EQ(b.status, 202) << b.body;
+  ASSERT_EQ(b.json().at("ports").as_array().size(), 1u);
+  EXPECT_EQ(b.json().at("ports").at(0).at("host_port").as_int64(), freed) << "the lowest free host port is the freed one";
+  auto running = daemon_.wait_for_state("pb", "running", user_);
+  EXPECT_EQ(running.at("state").as_string(), "running") << running;
+  // And the stopped one starts again with the ports it kept.
+  ASSERT_EQ(daemon_.post("/api/v1/instances/pa/start", json::object{}, user_).status, 202);
+  auto again = daemon_.wait_for_state("pa", "running", user_);
+  EXPECT_EQ(again.at("state").as_string(), "running") << again;
+  EXPECT_EQ(again.at("ports").as_array().size(), 1u);
+}
+
 // The name is the hostname, and a no-GPU start runs at the no-GPU size: a stopped container
 // that cannot take either is rebuilt from its own filesystem, which keeps the system disk.
 TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepingTheSystemDisk) {

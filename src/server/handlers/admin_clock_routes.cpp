@@ -1,6 +1,7 @@
 // POST /admin/clock: moves the platform clock under --test-clock (like Stripe's test clocks).
 #include "api/json_input.h"
 #include "server/app.h"
+#include "store/meta.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -21,9 +22,7 @@ asio::awaitable<Result<Response>> advance_clock(RequestContext& ctx) {
   if (!now) co_return tl::unexpected(now.error());
   // Persist the test time so a restart under --test-clock resumes from it.
   auto persist = [micros = to_unix_micros(*now)](store::Database& db) {
-    return db.run("INSERT INTO meta (key, value) VALUES ('test_clock_now', ?) "
-                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                  {std::to_string(micros)});
+    return store::set_meta(db, "test_clock_now", std::to_string(micros));
   };
   if (auto s = co_await app.store().write(std::move(persist)); !s) co_return tl::unexpected(s.error());
   json::object o;
