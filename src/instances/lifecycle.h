@@ -46,6 +46,8 @@ class InstanceService {
   ViewContext view() const { return ViewContext{config_.public_host, config_.currency}; }
   // True while no step is queued or running for `id` (tests).
   bool idle(const std::string& id) const { return !converging_.contains(id); }
+  // True while any engine work is under way (shutdown waits for it).
+  bool busy() const { return !converging_.empty() || reconciling_; }
 
   // What the agent reported about one instance's container.
   struct ContainerReport {

@@ -88,8 +88,19 @@ Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_c
 }
 
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
-asio::awaitable<void> stop_serving(server::HttpServer& http, asio::io_context& io) {
+asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, asio::io_context& io) {
+  app.instances().stop_background();
   co_await http.shutdown(std::chrono::seconds(10));  // in-flight requests finish first
+  // Engine work under way finishes too (a step is short; a crash mid-step is recovered at
+  // the next start anyway): destroying its coroutines under it would free what it still uses.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  asio::steady_timer tick(io);
+  while (app.instances().busy() && std::chrono::steady_clock::now() < deadline) {
+    tick.expires_after(std::chrono::milliseconds(20));
+    boost::system::error_code ec;
+    co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (app.instances().busy()) spdlog::warn("{}", R"({"event":"stopping_with_engine_work_in_flight"})");
   io.stop();
 }
 
@@ -194,7 +205,7 @@ int main(int argc, char** argv) {
     if (ec) return;
     spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
     app.begin_shutdown();  // event streams end; in-flight requests finish
-    asio::co_spawn(io, stop_serving(http, io), asio::detached);
+    asio::co_spawn(io, stop_serving(http, app, io), asio::detached);
   });
   std::signal(SIGPIPE, SIG_IGN);
   io.run();

@@ -249,6 +249,21 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PortsDroppedWhileStoppedAreFreeForTheNextIns
   EXPECT_EQ(again.at("ports").as_array().size(), 1u);
 }
 
+// SIGTERM while the engine is creating a container: the daemon waits for the step, exits 0,
+// and (under the sanitizers in CI) reports no use-after-free; the next start finishes it.
+TEST_F(InstanceApiTest, DOCKER_ROOT_SigtermWithEngineWorkInFlightExitsCleanly) {
+  need_engine();
+  auto a = daemon_.post("/api/v1/instances", {{"name", "term"}, {"gpu_count", 0}}, user_);
+  ASSERT_EQ(a.status, 202) << a.body;
+  EXPECT_EQ(daemon_.stop(), 0) << daemon_.log();
+  auto log = daemon_.log();
+  EXPECT_EQ(log.find("AddressSanitizer"), std::string::npos) << log;
+  EXPECT_EQ(log.find("runtime error:"), std::string::npos) << log;
+  daemon_.start();
+  auto running = daemon_.wait_for_state("term", "running", daemon_.login("apiuser", "password-123"));
+  EXPECT_EQ(running.at("state").as_string(), "running") << running;
+}
+
 // The name is the hostname, and a no-GPU start runs at the no-GPU size: a stopped container
 // that cannot take either is rebuilt from its own filesystem, which keeps the system disk.
 TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepingTheSystemDisk) {
