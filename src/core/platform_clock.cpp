@@ -11,10 +11,10 @@ namespace asio = boost::asio;
 PlatformClock::PlatformClock(asio::any_io_executor loop, bool test_mode, SysTime test_start)
     : loop_(loop), test_mode_(test_mode), test_now_(test_start), wake_(loop) {}
 
-SysTime PlatformClock::now() const { return test_mode_ ? test_now_ : system_now(); }
+SysTime PlatformClock::now() const { return test_mode_ ? test_now_.load() : system_now(); }
 
 void PlatformClock::restore_test_time(SysTime t) {
-  if (test_mode_ && t > test_now_) test_now_ = t;
+  if (test_mode_ && t > test_now_.load()) test_now_ = t;
 }
 
 PlatformClock::TimerId PlatformClock::schedule_at(SysTime deadline, std::string name, TimerFn fn) {
@@ -69,11 +69,11 @@ asio::awaitable<Result<SysTime>> PlatformClock::advance(std::chrono::microsecond
   if (delta.count() < 0) co_return fail(ErrorCode::invalid_argument, "advance_seconds: must not be negative");
   if (advancing_) co_return fail(ErrorCode::conflict, "another clock advance is in progress");
   advancing_ = true;
-  SysTime target = test_now_ + delta;
+  SysTime target = test_now_.load() + delta;
   // Timers scheduled by a firing timer at or before the target fire in this same call.
   while (!timers_.empty() && timers_.begin()->first <= target) {
     auto node = timers_.extract(timers_.begin());
-    if (node.key() > test_now_) test_now_ = node.key();
+    if (node.key() > test_now_.load()) test_now_ = node.key();
     try {
       co_await node.mapped().fn();
     } catch (const std::exception& e) {
@@ -82,7 +82,7 @@ asio::awaitable<Result<SysTime>> PlatformClock::advance(std::chrono::microsecond
   }
   test_now_ = target;
   advancing_ = false;
-  co_return test_now_;
+  co_return test_now_.load();
 }
 
 }  // namespace gpucloud

@@ -3,6 +3,7 @@
 // Real mode follows the system clock; test mode moves only through advance(), which fires
 // every due timer in deadline order, each seeing the clock at its own deadline.
 // Timeouts and throttling do NOT use this clock: they use std::chrono::steady_clock.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -52,7 +53,8 @@ class PlatformClock {
 
   boost::asio::any_io_executor loop_;
   bool test_mode_;
-  SysTime test_now_;
+  // Read from any thread (store jobs take the time); moved only on the loop.
+  std::atomic<SysTime> test_now_;
   bool advancing_ = false;
   bool firing_ = false;
   TimerId next_id_ = 1;
