@@ -133,6 +133,8 @@ json::object operation(const Route& route, const OperationSpec* spec) {
   }
   if (!parameters.empty()) op["parameters"] = std::move(parameters);
   if (route.access == Access::public_route) op["security"] = json::array{};
+  // Who may call it, for clients and for the authorization matrix test that walks every route.
+  op["x-gpucloud-access"] = route.access == Access::public_route ? "public" : route.access == Access::admin ? "operator" : "user";
 
   bool has_body = spec ? !spec->request.empty() : takes_body(route);
   if (has_body) {

@@ -1,0 +1,111 @@
+// The authorization matrix: every route the daemon serves (read from its own OpenAPI
+// document, so a new endpoint cannot dodge it) is called without a token (401), by a user on
+// an operator route (403), and by another user with the first user's resource ids (404).
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace json = boost::json;
+
+class AuthzMatrixTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_.start();
+    alice_ = daemon_.register_and_login("alice");
+    mallory_ = daemon_.register_and_login("mallory");
+    auto key = daemon_.post("/api/v1/ssh-keys",
+                            {{"name", "laptop"},
+                             {"public_key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"}},
+                            alice_);
+    ASSERT_EQ(key.status, 201) << key.body;
+    ids_["ssh-keys"] = std::string(key.json().at("id").as_string());
+    auto token = daemon_.post("/api/v1/tokens", {{"name", "ci"}}, alice_);
+    ASSERT_EQ(token.status, 201) << token.body;
+    ids_["tokens"] = std::string(token.json().at("id").as_string());
+    // The record exists whether or not an engine runs it.
+    auto inst = daemon_.post("/api/v1/instances", {{"name", "secret"}, {"gpu_count", 0}}, alice_);
+    ASSERT_EQ(inst.status, 202) << inst.body;
+    ids_["instances"] = std::string(inst.json().at("id").as_string());
+    // Another user's id: the operator's own user (a user route never reaches it for mallory).
+    auto me = daemon_.get("/api/v1/me", alice_);
+    ids_["admin/users"] = std::string(me.json().at("id").as_string());
+  }
+
+  // The path with alice's id of the resource it names.
+  std::optional<std::string> with_ids(const std::string& pattern) {
+    auto brace = pattern.find('{');
+    if (brace == std::string::npos) return pattern;
+    const std::string prefix = "/api/v1/";
+    std::string resource = pattern.substr(prefix.size(), brace - prefix.size() - 1);
+    auto it = ids_.find(resource);
+    if (it == ids_.end()) return std::nullopt;
+    return pattern.substr(0, brace) + it->second + pattern.substr(pattern.find('}', brace) + 1);
+  }
+
+  TestDaemon daemon_;
+  std::string alice_, mallory_;
+  std::map<std::string, std::string> ids_;
+};
+
+TEST_F(AuthzMatrixTest, EveryRouteRefusesStrangersAndOtherUsers) {
+  auto doc = daemon_.get("/api/v1/openapi.json");
+  ASSERT_EQ(doc.status, 200);
+  const json::value document = doc.json();  // a named value: at() into a temporary dangles
+  const auto& paths = document.at("paths").as_object();
+  ASSERT_FALSE(paths.empty());
+  // Resource kinds every user can read alike (the public image market): no owner to check.
+  const std::set<std::string> shared{"images"};
+  int checked = 0;
+  for (const auto& [path_key, item] : paths) {
+    const std::string pattern(path_key);
+    for (const auto& [method_key, op_value] : item.as_object()) {
+      std::string method(method_key);
+      for (auto& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (method != "GET" && method != "POST" && method != "PUT" && method != "PATCH" && method != "DELETE") continue;
+      const auto& op = op_value.as_object();
+      ASSERT_TRUE(op.contains("x-gpucloud-access")) << method << " " << pattern;
+      const std::string access(op.at("x-gpucloud-access").as_string());
+      if (access == "public") continue;
+      if (pattern == "/api/v1/events/stream") continue;  // endless: events_test covers its auth
+      std::string target = pattern;
+      if (pattern.starts_with("/api/v1/") && pattern.find('{') != std::string::npos) {
+        std::string resource = pattern.substr(8, pattern.find('/', 8) - 8);
+        if (shared.contains(resource)) continue;
+        auto filled = with_ids(pattern);
+        ASSERT_TRUE(filled) << method << " " << pattern
+                            << ": a route on a resource this matrix does not know; give AuthzMatrixTest an id for it";
+        target = *filled;
+      }
+      const std::string body = method == "GET" || method == "DELETE" ? "" : "{}";
+      SCOPED_TRACE(method + " " + target);
+      auto anonymous = daemon_.request(method, target, body, "");
+      EXPECT_EQ(anonymous.status, 401) << anonymous.body;
+      auto other = daemon_.request(method, target, body, mallory_);
+      if (access == "operator") {
+        EXPECT_EQ(other.status, 403) << other.body;
+        EXPECT_EQ(other.code(), "forbidden");
+      } else if (target != pattern) {
+        EXPECT_EQ(other.status, 404) << other.body;
+        EXPECT_EQ(other.code(), "not_found");
+      }
+      if (pattern == "/api/v1/auth/logout") mallory_ = daemon_.login("mallory", "password-123");  // it did log out
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+  // Nothing of alice's changed hands or state.
+  auto inst = daemon_.get("/api/v1/instances/secret", alice_);
+  ASSERT_EQ(inst.status, 200);
+  EXPECT_EQ(inst.json().at("name").as_string(), "secret");
+  auto tokens = daemon_.get("/api/v1/tokens", alice_);
+  ASSERT_EQ(tokens.status, 200);
+  EXPECT_EQ(tokens.json().at("items").as_array().size(), 1u);
+  EXPECT_EQ(daemon_.get("/api/v1/ssh-keys/laptop", alice_).status, 200);
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
