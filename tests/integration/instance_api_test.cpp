@@ -219,6 +219,50 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
   EXPECT_TRUE(stopped.at("state_reason").is_null()) << stopped;  // a plain stop, not a restart
 }
 
+// [quotas] instances counts every live instance, whatever its state; a refusal changes nothing.
+TEST_F(InstanceApiTest, TheInstancesQuotaRefusesTheOneTooMany) {
+  for (int n = 0; n < 4; ++n) {
+    auto r = daemon_.post("/api/v1/instances", {{"name", "q" + std::to_string(n)}, {"gpu_count", 0}}, user_);
+    ASSERT_EQ(r.status, 202) << r.body;
+  }
+  auto fifth = daemon_.post("/api/v1/instances", {{"name", "q4"}, {"gpu_count", 0}}, user_);
+  EXPECT_EQ(fifth.status, 403) << fifth.body;
+  EXPECT_EQ(fifth.code(), "quota_exceeded");
+  EXPECT_NE(fifth.json().at("detail").as_string().find("4 instances"), std::string::npos) << fifth.body;
+  EXPECT_EQ(daemon_.get("/api/v1/instances/q4", user_).status, 404);
+  const json::value listed = daemon_.get("/api/v1/instances", user_).json();
+  EXPECT_EQ(listed.at("items").as_array().size(), 4u);
+  // Releasing one makes room again.
+  ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/q0", "", user_).status, 202);
+  daemon_.wait_for_state("q0", "released", user_);
+  auto again = daemon_.post("/api/v1/instances", {{"name", "q4"}, {"gpu_count", 0}}, user_);
+  EXPECT_EQ(again.status, 202) << again.body;
+}
+
+// A restart goes stopping -> starting -> running on the same GPUs, and counts as one instance.
+TEST_F(InstanceApiTest, DOCKER_ROOT_RestartReachesRunningOnTheSameGpus) {
+  need_engine();
+  auto r = daemon_.post("/api/v1/instances", {{"name", "rs"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, user_);
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto before = daemon_.wait_for_state("rs", "running", user_);
+  ASSERT_EQ(before.at("state").as_string(), "running") << before;
+  auto restart = daemon_.post("/api/v1/instances/rs/restart", json::object{}, user_);
+  ASSERT_EQ(restart.status, 202) << restart.body;
+  EXPECT_EQ(restart.json().at("state").as_string(), "stopping");
+  // Wait for the restart to go through: a new start time, running again.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  json::value after;
+  while (std::chrono::steady_clock::now() < deadline) {
+    after = daemon_.get("/api/v1/instances/rs", user_).json();
+    if (after.at("state").as_string() == "running" && after.at("started_at") != before.at("started_at")) break;
+    ASSERT_NE(after.at("state").as_string(), "error") << after;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // poll interval, not a wait for time
+  }
+  ASSERT_EQ(after.at("state").as_string(), "running") << after;
+  EXPECT_NE(after.at("started_at"), before.at("started_at"));
+  EXPECT_EQ(after.at("gpus"), before.at("gpus"));
+}
+
 // A port dropped from a stopped instance frees its host port in the store; the agent must
 // agree, so the next instance that gets that host port runs (it used to go to `error`:
 // "host port ... is already published").
