@@ -244,7 +244,7 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     auto prices = market::load_prices(db);
     if (!prices) return tl::unexpected(prices.error());
     i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
-    scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib};
+    scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib, {}};
     auto reservation = market::reserve(db, id, request, std::nullopt, now);
     if (!reservation) return tl::unexpected(reservation.error());
     i.host_id = reservation->host_id;
@@ -383,7 +383,7 @@ asio::awaitable<Result<Response>> start(RequestContext& ctx) {
     next.cpu = gpu_run && offer ? offer->cpu_per_gpu * i.gpu_count : cfg.no_gpu_offer.cpu;
     next.memory_gib = gpu_run && offer ? offer->memory_gib_per_gpu * i.gpu_count : cfg.no_gpu_offer.memory_gib;
     scheduler::PlacementRequest request{i.zone, gpu_run ? i.gpu_model.value_or("") : "", gpu_run ? i.gpu_count : 0, next.cpu,
-                                        next.memory_gib};
+                                        next.memory_gib, {}};
     auto reservation = market::reserve(db, i.id, request, i.host_id, now);
     if (!reservation) {
       Error e = reservation.error();
