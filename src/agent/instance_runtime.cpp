@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -613,7 +614,37 @@ std::vector<std::string> InstanceRuntime::drift_of(const CreatedWith& cw, const 
   return drift;
 }
 
-awaitable<Result<std::string>> InstanceRuntime::commit_system_disk(const InstanceRecord& record) {
+int InstanceRuntime::default_max_system_image_layers() {
+  if (const char* v = std::getenv("GPUCLOUD_MAX_SYSTEM_IMAGE_LAYERS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != nullptr && *end == '\0' && n > 0 && n < 1000) return static_cast<int>(n);
+  }
+  return 100;
+}
+
+InstanceRuntime::Rebuild InstanceRuntime::rebuild_for(const std::vector<std::string>& drift, int image_layers,
+                                                      int max_layers) {
+  // The image is what the engine resolved at create; a newer tag never forces a rebuild.
+  auto has = [&](std::string_view d) { return std::find(drift.begin(), drift.end(), d) != drift.end(); };
+  if (has("name") || has("gpu_uuids")) {
+    // A commit adds one layer on top of the image the container came from.
+    return image_layers + 1 > max_layers ? Rebuild::flatten : Rebuild::commit;
+  }
+  if (has("cpu") || has("memory_gib")) return Rebuild::update;
+  return Rebuild::none;
+}
+
+awaitable<int> InstanceRuntime::system_image_layers(const InstanceRecord& record, const InstanceSpec& spec) {
+  const std::string image = !record.system_images.empty()      ? record.system_images.back()
+                            : !record.created_with.image.empty() ? record.created_with.image
+                                                                  : spec.image;
+  auto info = co_await driver_->image_inspect(image);
+  if (!info || !*info) co_return 0;  // unknown: a commit, as before; the next rebuild sees it
+  co_return (*info)->layers;
+}
+
+awaitable<Result<std::string>> InstanceRuntime::commit_system_disk(const InstanceRecord& record, bool flatten) {
   auto lower = [](std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
@@ -622,7 +653,12 @@ awaitable<Result<std::string>> InstanceRuntime::commit_system_disk(const Instanc
   const std::string tag = "r" + std::to_string(record.system_images.size() + 1);
   std::map<std::string, std::string> labels{{std::string(kInstallationLabel), installation_id_},
                                             {std::string(kInstanceLabel), record.desired.instance_id}};
-  auto made = co_await driver_->commit(record.container_id, repo, tag, std::move(labels));
+  Result<std::string> made;
+  if (flatten) {
+    made = co_await driver_->flatten(record.container_id, repo, tag, std::move(labels));
+  } else {
+    made = co_await driver_->commit(record.container_id, repo, tag, std::move(labels));
+  }
   if (!made) co_return fail(std::move(made.error()));
   co_return repo + ":" + tag;
 }
@@ -718,9 +754,29 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     bool created = false, booted = false, rebuilt = false;
     bool cpus_capped = false;
     const auto drift_before = drift_of(record.created_with, spec);
-    const bool must_rebuild = std::any_of(drift_before.begin(), drift_before.end(), [](const std::string& d) { return d != "image"; });
-    if (container.exists && !container.running && spec.state == "running" && must_rebuild) {
-      auto image = co_await commit_system_disk(record);
+    Rebuild rebuild = Rebuild::none;
+    if (container.exists && !container.running && spec.state == "running") {
+      rebuild = rebuild_for(drift_before, 0, options_.max_system_image_layers);
+      if (rebuild == Rebuild::commit) {
+        const int layers = co_await system_image_layers(record, spec);
+        rebuild = rebuild_for(drift_before, layers, options_.max_system_image_layers);
+      }
+    }
+    if (rebuild == Rebuild::update) {
+      // Another size only: the engine changes the limits of the stopped container in place,
+      // so no image layer is added and the container (and its id) stays.
+      auto applied = co_await driver_->update(record.container_id, spec.cpu, spec.memory_gib * kGiB);
+      if (!applied) co_return fail(std::move(applied.error()));
+      record.created_with.cpu = spec.cpu;
+      record.created_with.memory_gib = spec.memory_gib;
+      if (old_record) old_record->created_with = record.created_with;  // the container has them even if a later step fails
+      if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+      slot.record = record;
+      spdlog::info(R"({{"event":"instance_resized","instance":"{}","cpus":{},"memory_gib":{}}})", id, *applied,
+                   spec.memory_gib);
+    }
+    if (rebuild == Rebuild::commit || rebuild == Rebuild::flatten) {
+      auto image = co_await commit_system_disk(record, rebuild == Rebuild::flatten);
       if (!image) co_return fail(std::move(image.error()));
       record.system_images.push_back(*image);
       if (old_record) old_record->system_images = record.system_images;  // kept even if a later step fails
@@ -728,8 +784,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       slot.record = record;
       fault_point("rebuild.after_commit");
       if (auto s = co_await driver_->remove(record.container_id); !s) co_return fail(std::move(s.error()));
-      spdlog::info(R"({{"event":"instance_rebuilding","instance":"{}","system_image":{},"because":{}}})", id, q(*image),
-                   q(fmt::format("{}", fmt::join(drift_before, ","))));
+      spdlog::info(R"({{"event":"instance_rebuilding","instance":"{}","system_image":{},"because":{},"flattened":{}}})",
+                   id, q(*image), q(fmt::format("{}", fmt::join(drift_before, ","))), rebuild == Rebuild::flatten);
       container.exists = false;
       rebuilt = true;
     }

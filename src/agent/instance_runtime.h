@@ -58,7 +58,21 @@ class InstanceRuntime {
     // How long ensure waits, after booting a container, for the init's host-key line.
     std::chrono::milliseconds host_key_wait{3000};
     std::chrono::milliseconds exec_timeout{30'000};  // instance.exec without timeout_ms
+    // A rebuild whose commit would give the system image more layers than this exports and
+    // imports the filesystem as one layer instead (overlay stops mounting near 125).
+    // GPUCLOUD_MAX_SYSTEM_IMAGE_LAYERS overrides it (tests).
+    int max_system_image_layers = default_max_system_image_layers();
   };
+  static int default_max_system_image_layers();
+
+  // How a stopped container meets a desired spec it was not created for. Pure, for tests.
+  enum class Rebuild {
+    none,    // it fits as it is
+    update,  // only CPU/memory differ: changed in place
+    commit,  // hostname or GPUs differ: commit its filesystem, recreate from that image
+    flatten, // as commit, but the image would pass the layer bound: one layer instead
+  };
+  static Rebuild rebuild_for(const std::vector<std::string>& drift, int image_layers, int max_layers);
 
   // `installation_id` names the network (gpucloud-<id>), the containers
   // (gpucloud-<id>-<instance id>) and their gpucloud.installation label;
@@ -117,8 +131,11 @@ class InstanceRuntime {
   boost::asio::awaitable<void> pull_one(std::string ref);
   // What the container was made with that the desired spec no longer matches.
   std::vector<std::string> drift_of(const CreatedWith& created_with, const InstanceSpec& spec) const;
-  // Commits the (stopped) container's filesystem as the instance's next system image.
-  boost::asio::awaitable<Result<std::string>> commit_system_disk(const InstanceRecord& record);
+  // Saves the (stopped) container's filesystem as the instance's next system image: a
+  // commit, or with `flatten` a one-layer export/import.
+  boost::asio::awaitable<Result<std::string>> commit_system_disk(const InstanceRecord& record, bool flatten);
+  // The layers of the image the container was created from (0 when unknown).
+  boost::asio::awaitable<int> system_image_layers(const InstanceRecord& record, const InstanceSpec& spec);
   boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
 

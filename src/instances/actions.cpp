@@ -88,7 +88,7 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
-  scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib};
+  scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib, {}};
   auto reservation = market::reserve(db, id, request, std::nullopt, now);
   if (!reservation) return fail(reservation.error());
   i.host_id = reservation->host_id;
@@ -143,7 +143,7 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
   next.cpu = gpu_run && offer ? offer->cpu_per_gpu * i.gpu_count : cfg.no_gpu_offer.cpu;
   next.memory_gib = gpu_run && offer ? offer->memory_gib_per_gpu * i.gpu_count : cfg.no_gpu_offer.memory_gib;
   scheduler::PlacementRequest request{i.zone, gpu_run ? i.gpu_model.value_or("") : "", gpu_run ? i.gpu_count : 0,
-                                      next.cpu, next.memory_gib};
+                                      next.cpu, next.memory_gib, {}};
   auto reservation = market::reserve(db, i.id, request, i.host_id, now);
   if (!reservation) {
     Error e = reservation.error();

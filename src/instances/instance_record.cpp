@@ -83,8 +83,8 @@ Status attach_details(store::Database& db, Instance& i) {
   if (!ports) return fail(ports.error());
   for (const auto& p : *ports) i.ports.push_back(PortBinding{static_cast<int>(p.int64(0)), p.text(1), static_cast<int>(p.int64(2))});
   auto gpus = db.all("SELECT g.uuid, g.simulated FROM reservations r JOIN gpu_reservations gr ON gr.reservation_id = r.id "
-                     "AND gr.active = 1 JOIN gpus g ON g.host_id = gr.host_id AND g.idx = gr.gpu_index "
-                     "WHERE r.holder = ? AND r.active = 1 ORDER BY gr.gpu_index",
+                     "AND gr.active = 1 JOIN gpus g ON g.uuid = gr.gpu_uuid "
+                     "WHERE r.holder = ? AND r.active = 1 ORDER BY g.idx, g.uuid",
                      {i.id});
   if (!gpus) return fail(gpus.error());
   for (const auto& g : *gpus) {

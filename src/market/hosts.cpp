@@ -41,16 +41,25 @@ Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& 
         !s)
       return fail(s.error());
   }
+  // GPUs are matched by UUID: one that renumbered keeps its record (and its reservation),
+  // one no longer reported stays recorded as missing, never placed, never deleted.
   if (auto s = db.run("UPDATE gpus SET present = 0 WHERE host_id = ?", {id}); !s) return fail(s.error());
   for (const auto& g : inv.gpus) {
-    if (auto s = db.run("INSERT INTO gpus (host_id, idx, uuid, model, reported_name, memory_bytes, pci_bus_id, health, "
+    std::string uuid = g.uuid;
+    std::string health = g.health;
+    if (uuid.empty()) {
+      // NVML could not say which GPU this is: recorded per host and index, never placed.
+      uuid = "unidentified-" + id + "-" + std::to_string(g.index);
+      if (health == "ok") health = "no UUID reported";
+    }
+    if (auto s = db.run("INSERT INTO gpus (uuid, host_id, idx, model, reported_name, memory_bytes, pci_bus_id, health, "
                         "simulated, present) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) "
-                        "ON CONFLICT (host_id, idx) DO UPDATE SET uuid = excluded.uuid, model = excluded.model, "
-                        "reported_name = excluded.reported_name, memory_bytes = excluded.memory_bytes, "
-                        "pci_bus_id = excluded.pci_bus_id, health = excluded.health, simulated = excluded.simulated, "
-                        "present = 1",
-                        {id, g.index, g.uuid, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id,
-                         g.health, g.simulated});
+                        "ON CONFLICT (uuid) DO UPDATE SET host_id = excluded.host_id, idx = excluded.idx, "
+                        "model = excluded.model, reported_name = excluded.reported_name, "
+                        "memory_bytes = excluded.memory_bytes, pci_bus_id = excluded.pci_bus_id, "
+                        "health = excluded.health, simulated = excluded.simulated, present = 1",
+                        {uuid, id, g.index, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id, health,
+                         g.simulated});
         !s)
       return fail(s.error());
   }
@@ -96,9 +105,9 @@ Status attach_gpus(store::Database& db, std::vector<HostRecord>& hosts) {
   auto rows = db.all(
       "SELECT g.host_id, g.idx, g.uuid, g.model, g.reported_name, g.memory_bytes, g.pci_bus_id, g.health, g.simulated, "
       "g.present, r.holder FROM gpus g "
-      "LEFT JOIN gpu_reservations gr ON gr.host_id = g.host_id AND gr.gpu_index = g.idx AND gr.active = 1 "
+      "LEFT JOIN gpu_reservations gr ON gr.gpu_uuid = g.uuid AND gr.active = 1 "
       "LEFT JOIN reservations r ON r.id = gr.reservation_id "
-      "ORDER BY g.host_id, g.idx");
+      "ORDER BY g.host_id, g.present DESC, g.idx, g.uuid");
   if (!rows) return fail(rows.error());
   std::map<std::string, HostRecord*> by_id;
   for (auto& h : hosts) by_id[h.id] = &h;
@@ -142,7 +151,8 @@ scheduler::HostCapacity to_capacity(const HostRecord& h) {
   c.memory_gib_used = h.memory_gib_used;
   for (const auto& g : h.gpus) {
     if (!g.present) continue;
-    // An unhealthy GPU is never offered; a reserved one is not free.
+    // An unhealthy GPU is never offered; a reserved one is not free. A missing one is not
+    // listed at all: its last index may now belong to another GPU.
     bool free = !g.reserved_by && g.health == "ok";
     c.gpus.push_back(scheduler::GpuSlot{g.index, g.uuid, g.model, free});
   }
@@ -167,7 +177,7 @@ json::object host_json(const HostRecord& h) {
                    {"reported_name", g.reported_name},
                    {"memory_gib", g.memory_bytes / (1LL << 30)},
                    {"pci_bus_id", g.pci_bus_id},
-                   {"health", g.present ? g.health : std::string("absent")},
+                   {"health", g.present ? g.health : std::string(kGpuMissing)},
                    {"simulated", g.simulated}};
     // The holder of the reservation; `instance` names it once it is an instance id.
     if (g.reserved_by) {

@@ -16,8 +16,11 @@
 
 namespace gpucloud::market {
 
+// The health GET /admin/hosts shows for a GPU the host no longer reports.
+inline constexpr const char* kGpuMissing = "missing";
+
 struct GpuRecord {
-  int index = 0;
+  int index = 0;  // NVML index where it was last seen; the UUID is what identifies it
   std::string uuid;
   std::string model;          // the offer's model ("RTX 4090"), mapped from what NVML reports
   std::string reported_name;  // as the inventory reported it
@@ -45,8 +48,9 @@ struct HostRecord {
   std::vector<GpuRecord> gpus;
 };
 
-// Records a registration: creates or updates the host and its GPUs (GPUs that vanished stay
-// recorded as not present, so reservations on them still make sense).
+// Records a registration: creates or updates the host and its GPUs, matched by UUID (GPUs
+// that vanished stay recorded as not present, health "missing", so reservations on them
+// still name the physical GPU; a GPU without a UUID is recorded unhealthy).
 Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inventory, const config::Config& config,
                                SysTime now);
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,

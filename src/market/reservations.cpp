@@ -5,7 +5,43 @@
 
 namespace gpucloud::market {
 
-Result<Reservation> reserve(store::Database& db, const std::string& holder, const scheduler::PlacementRequest& request,
+namespace {
+// The GPUs of the holder's latest reservation (active or not): what a start prefers.
+Result<std::vector<std::string>> previous_gpus(store::Database& db, const std::string& holder) {
+  auto last = db.one("SELECT id FROM reservations WHERE holder = ? ORDER BY created_at DESC, id DESC LIMIT 1", {holder});
+  if (!last) return fail(last.error());
+  std::vector<std::string> out;
+  if (!*last) return out;
+  auto rows = db.all("SELECT gr.gpu_uuid FROM gpu_reservations gr JOIN gpus g ON g.uuid = gr.gpu_uuid "
+                     "WHERE gr.reservation_id = ? ORDER BY g.idx, g.uuid",
+                     {(*last)->text(0)});
+  if (!rows) return fail(rows.error());
+  for (const auto& r : *rows) out.push_back(r.text(0));
+  return out;
+}
+
+// "GPU-x (last seen as GPU 1) is missing from host node-1": why the holder cannot have its
+// GPUs back; empty when they are all still there.
+Result<std::string> missing_gpus_note(store::Database& db, const std::vector<std::string>& uuids) {
+  std::string note;
+  for (const auto& uuid : uuids) {
+    auto row = db.one("SELECT g.idx, h.name, g.present, g.health FROM gpus g JOIN hosts h ON h.id = g.host_id WHERE g.uuid = ?",
+                      {uuid});
+    if (!row) return fail(row.error());
+    if (!*row) continue;
+    const auto& r = **row;
+    std::string why;
+    if (r.int64(2) == 0) why = " is missing from host " + r.text(1);
+    else if (r.text(3) != "ok") why = " on host " + r.text(1) + " is unhealthy (" + r.text(3) + ")";
+    else continue;
+    note += (note.empty() ? "" : "; ") + std::string("GPU ") + uuid + " (last seen as GPU " + std::to_string(r.int64(0)) +
+            ")" + why;
+  }
+  return note;
+}
+}  // namespace
+
+Result<Reservation> reserve(store::Database& db, const std::string& holder, const scheduler::PlacementRequest& request_in,
                             const std::optional<std::string>& only_host, SysTime now) {
   auto capacities = load_capacities(db);
   if (!capacities) return fail(capacities.error());
@@ -13,19 +49,35 @@ Result<Reservation> reserve(store::Database& db, const std::string& holder, cons
     std::erase_if(*capacities, [&](const scheduler::HostCapacity& c) { return c.id != *only_host; });
     if (capacities->empty()) return fail(ErrorCode::no_capacity, "the instance's host is no longer registered");
   }
+  scheduler::PlacementRequest request = request_in;
+  auto previous = previous_gpus(db, holder);
+  if (!previous) return fail(previous.error());
+  // The GPUs it had, when free: a plain stop/start keeps its GPUs and needs no rebuild.
+  if (request.preferred_gpu_uuids.empty()) request.preferred_gpu_uuids = *previous;
   auto decision = scheduler::place(*capacities, request);
   if (!decision) return fail(decision.error());
-  if (auto* refused = std::get_if<scheduler::Unschedulable>(&*decision)) return fail(refused->to_error());
+  if (auto* refused = std::get_if<scheduler::Unschedulable>(&*decision)) {
+    Error e = refused->to_error();
+    if (request.gpu_count > 0) {
+      auto note = missing_gpus_note(db, *previous);
+      if (!note) return fail(note.error());
+      if (!note->empty()) e.detail += " (" + *note + ")";
+    }
+    return fail(std::move(e));
+  }
   const auto& placement = std::get<scheduler::Placement>(*decision);
   const scheduler::HostCapacity* host = nullptr;
   for (const auto& c : *capacities)
     if (c.id == placement.host_id) host = &c;
+  if (host == nullptr) return fail(ErrorCode::internal, "placement chose host " + placement.host_id + ", which was not offered");
 
-  Reservation r{new_id("rsv"), holder, placement.host_id, host ? host->name : "", request.cpu, request.memory_gib,
+  Reservation r{new_id("rsv"), holder, placement.host_id, host->name, request.cpu, request.memory_gib,
                 request.gpu_model, placement.gpu_indices, {}};
   for (int index : placement.gpu_indices)
     for (const auto& g : host->gpus)
       if (g.index == index) r.gpu_uuids.push_back(g.uuid);
+  if (r.gpu_uuids.size() != r.gpu_indices.size())
+    return fail(ErrorCode::internal, "host " + host->name + " reports two GPUs at one index");
   std::optional<std::string> model;
   if (!request.gpu_model.empty()) model = request.gpu_model;
   if (auto s = db.run("INSERT INTO reservations (id, host_id, holder, cpu, memory_gib, gpu_model, active, created_at) "
@@ -35,10 +87,8 @@ Result<Reservation> reserve(store::Database& db, const std::string& holder, cons
     return fail(s.error().code == ErrorCode::conflict
                     ? Error{ErrorCode::conflict, holder + " already holds a reservation", {}, 0}
                     : s.error());
-  for (int index : r.gpu_indices)
-    if (auto s = db.run("INSERT INTO gpu_reservations (reservation_id, host_id, gpu_index, active) VALUES (?, ?, ?, 1)",
-                        {r.id, r.host_id, index});
-        !s)
+  for (const auto& uuid : r.gpu_uuids)
+    if (auto s = db.run("INSERT INTO gpu_reservations (reservation_id, gpu_uuid, active) VALUES (?, ?, 1)", {r.id, uuid}); !s)
       return fail(s.error());
   // Capacity changes only here, inside the deciding transaction; the CHECKs refuse overbooking.
   if (auto s = db.run("UPDATE hosts SET cpu_used = cpu_used + ?, memory_gib_used = memory_gib_used + ? WHERE id = ?",
@@ -56,8 +106,8 @@ Result<std::optional<Reservation>> active_reservation(store::Database& db, const
   if (!*row) return std::optional<Reservation>{};
   const auto& x = **row;
   Reservation r{x.text(0), holder, x.text(1), x.text(2), static_cast<int>(x.int64(3)), x.int64(4), x.text(5), {}, {}};
-  auto gpus = db.all("SELECT gr.gpu_index, g.uuid FROM gpu_reservations gr JOIN gpus g ON g.host_id = gr.host_id AND "
-                     "g.idx = gr.gpu_index WHERE gr.reservation_id = ? AND gr.active = 1 ORDER BY gr.gpu_index",
+  auto gpus = db.all("SELECT g.idx, g.uuid FROM gpu_reservations gr JOIN gpus g ON g.uuid = gr.gpu_uuid "
+                     "WHERE gr.reservation_id = ? AND gr.active = 1 ORDER BY g.idx, g.uuid",
                      {r.id});
   if (!gpus) return fail(gpus.error());
   for (const auto& g : *gpus) {

@@ -19,12 +19,14 @@ struct Reservation {
   int cpu = 0;
   std::int64_t memory_gib = 0;
   std::string gpu_model;
-  std::vector<int> gpu_indices;
-  std::vector<std::string> gpu_uuids;
+  std::vector<int> gpu_indices;         // where the GPUs were last seen (NVML index)
+  std::vector<std::string> gpu_uuids;   // what the reservation holds: the physical GPUs
 };
 
 // Places `request` (on `only_host` when set: a restart on the same host) and records the
-// reservation. Unschedulable comes back as a no_capacity error naming what is short.
+// reservation. The GPUs of the holder's previous reservation are preferred when free (unless
+// the request names its own preference). Unschedulable comes back as a no_capacity error
+// naming what is short, and which of the holder's previous GPUs are missing or unhealthy.
 Result<Reservation> reserve(store::Database& db, const std::string& holder, const scheduler::PlacementRequest& request,
                             const std::optional<std::string>& only_host, SysTime now);
 // Frees the holder's active reservation, if any. Returns whether one was freed.

@@ -6,6 +6,7 @@
 
 #include "market/hosts.h"
 #include "market/reservations.h"
+#include "store/migrations.h"
 #include "store/store.h"
 
 namespace gpucloud::market {
@@ -35,7 +36,7 @@ agent::HostInventory host(const std::string& name, int gpus, int cpu = 64, std::
   return h;
 }
 
-scheduler::PlacementRequest one_gpu() { return scheduler::PlacementRequest{"zone-a", "RTX 4090", 1, 8, 32}; }
+scheduler::PlacementRequest one_gpu() { return scheduler::PlacementRequest{"zone-a", "RTX 4090", 1, 8, 32, {}}; }
 
 class ReservationTest : public ::testing::Test {
  protected:
@@ -121,8 +122,8 @@ TEST_F(ReservationTest, SchemaRefusesADoubleBookingWrittenBehindTheSchedulersBac
     if (auto s = db.run("INSERT INTO reservations (id, host_id, holder, cpu, memory_gib, active, created_at) "
                         "VALUES ('rsv-sneaky', ?, 'i-sneaky', 0, 0, 1, 0)", {id}); !s)
       return s;
-    return db.run("INSERT INTO gpu_reservations (reservation_id, host_id, gpu_index, active) VALUES ('rsv-sneaky', ?, 0, 1)",
-                  {id});
+    (void)id;
+    return db.run("INSERT INTO gpu_reservations (reservation_id, gpu_uuid, active) VALUES ('rsv-sneaky', 'GPU-sim-node-1-0', 1)");
   });
   ASSERT_FALSE(sneaky);
   EXPECT_EQ(sneaky.error().code, ErrorCode::conflict);
@@ -144,6 +145,138 @@ TEST_F(ReservationTest, RestartOnTheSameHostOnly) {
   auto again = store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), first->host_id, system_now()); });
   ASSERT_FALSE(again);  // the other host has a free GPU, but start must use its own host
   EXPECT_EQ(again.error().code, ErrorCode::no_capacity);
+}
+
+TEST_F(ReservationTest, GpusThatSwapIndicesKeepTheirRecordsAndReservations) {
+  auto inv = host("node-1", 2);
+  add_host(inv);
+  auto r = store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); });
+  ASSERT_TRUE(r) << r.error().detail;
+  ASSERT_EQ(r->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-0"});
+  // The bus renumbered: GPU 0 now answers at index 1 and the other way round.
+  std::swap(inv.gpus[0].index, inv.gpus[1].index);
+  add_host(inv);
+  auto hosts = store_->read_now([](store::Database& db) { return list_hosts(db); });
+  ASSERT_TRUE(hosts);
+  ASSERT_EQ((*hosts)[0].gpus.size(), 2u);
+  for (const auto& g : (*hosts)[0].gpus) {
+    EXPECT_TRUE(g.present);
+    if (g.uuid == "GPU-sim-node-1-0") {
+      EXPECT_EQ(g.index, 1);
+      EXPECT_EQ(g.reserved_by, std::optional<std::string>("i-a"));
+    } else {
+      EXPECT_EQ(g.index, 0);
+      EXPECT_FALSE(g.reserved_by);
+    }
+  }
+  auto held = store_->read_now([](store::Database& db) { return active_reservation(db, "i-a"); });
+  ASSERT_TRUE(held && *held);
+  EXPECT_EQ((*held)->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-0"});
+  EXPECT_EQ((*held)->gpu_indices, std::vector<int>{1});
+  // And the next reservation takes the other physical GPU, not the reserved one.
+  auto other = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), std::nullopt, system_now()); });
+  ASSERT_TRUE(other) << other.error().detail;
+  EXPECT_EQ(other->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-1"});
+}
+
+TEST_F(ReservationTest, AGpuTakingAnotherIndexOrAnotherGpusUuidNeverFailsRegistration) {
+  auto inv = host("node-1", 2);
+  add_host(inv);
+  // A driver that reports one UUID at two indices is not refused either.
+  auto twice = inv;
+  twice.gpus[0].uuid = twice.gpus[1].uuid;
+  add_host(twice);
+  // GPU 0 was replaced by the card that used to be GPU 1, and GPU 1 fell off the bus.
+  inv.gpus[0].uuid = inv.gpus[1].uuid;
+  inv.gpus.pop_back();
+  add_host(inv);
+  auto hosts = store_->read_now([](store::Database& db) { return list_hosts(db); });
+  ASSERT_TRUE(hosts);
+  const auto& gpus = (*hosts)[0].gpus;
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].uuid, "GPU-sim-node-1-1");
+  EXPECT_TRUE(gpus[0].present);
+  EXPECT_EQ(gpus[0].index, 0);
+  EXPECT_EQ(gpus[1].uuid, "GPU-sim-node-1-0");
+  EXPECT_FALSE(gpus[1].present);
+  EXPECT_EQ(host_json((*hosts)[0]).at("gpus").as_array()[1].as_object().at("health").as_string(), "missing");
+  // A GPU NVML could not name is recorded, unhealthy, and never placed.
+  inv.gpus[0].uuid.clear();
+  add_host(inv);
+  auto r = store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::no_capacity);
+}
+
+TEST_F(ReservationTest, AMissingGpuIsNotPlacedAndAStartWithoutItNamesIt) {
+  auto inv = host("node-1", 2);
+  add_host(inv);
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); }));
+  auto b = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), std::nullopt, system_now()); });
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-1"});
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-b", system_now()); }));
+  // i-b's GPU falls off the bus while i-b is stopped.
+  inv.gpus.pop_back();
+  add_host(inv);
+  auto caps = store_->read_now([](store::Database& db) { return load_capacities(db); });
+  ASSERT_TRUE(caps);
+  ASSERT_EQ((*caps)[0].gpus.size(), 1u);
+  auto start = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), (*caps)[0].id, system_now()); });
+  ASSERT_FALSE(start);
+  EXPECT_EQ(start.error().code, ErrorCode::no_capacity);
+  EXPECT_NE(start.error().detail.find("GPU GPU-sim-node-1-1 (last seen as GPU 1) is missing from host node-1"), std::string::npos)
+      << start.error().detail;
+  // The reservation i-a holds is untouched.
+  auto held = store_->read_now([](store::Database& db) { return active_reservation(db, "i-a"); });
+  ASSERT_TRUE(held && *held);
+  EXPECT_EQ((*held)->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-0"});
+}
+
+TEST_F(ReservationTest, AStartPrefersTheGpusTheHolderHadBefore) {
+  add_host(host("node-1", 4));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); }));
+  auto b = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), std::nullopt, system_now()); });
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-1"});
+  // Both stop: GPU 0 is the lowest free one, yet i-b's start takes its GPU 1 again.
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-a", system_now()); }));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-b", system_now()); }));
+  auto again = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), b->host_id, system_now()); });
+  ASSERT_TRUE(again) << again.error().detail;
+  EXPECT_EQ(again->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-1"});
+  // Taken by another meanwhile: a start still succeeds, on another GPU.
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-b", system_now()); }));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-c", one_gpu(), std::nullopt, system_now()); }));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-d", one_gpu(), std::nullopt, system_now()); }));
+  auto moved = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", one_gpu(), b->host_id, system_now()); });
+  ASSERT_TRUE(moved) << moved.error().detail;
+  EXPECT_EQ(moved->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-2"});
+}
+
+TEST(GpuMigration, ReservationsByIndexBecomeReservationsByUuid) {
+  auto db = store::Database::open(temp_db(), false);
+  ASSERT_TRUE(db);
+  auto all = store::schema_migrations();
+  ASSERT_TRUE(store::apply_migrations(**db, all.first(5)));
+  auto& d = **db;
+  ASSERT_TRUE(d.run("INSERT INTO hosts (id, name, zone, state, simulated, inventory_source, engine, cpu, memory_gib, cpu_used, "
+                    "memory_gib_used, port_min, port_max, created_at) VALUES ('h-1', 'node-1', 'z', 'ready', 1, 's', 'e', 8, 8, "
+                    "1, 1, 1, 2, 0)"));
+  ASSERT_TRUE(d.run("INSERT INTO gpus (host_id, idx, uuid, model, reported_name, memory_bytes, pci_bus_id, health, simulated) "
+                    "VALUES ('h-1', 0, 'GPU-a', 'm', 'm', 1, '', 'ok', 1), ('h-1', 1, 'GPU-b', 'm', 'm', 1, '', 'ok', 1)"));
+  ASSERT_TRUE(d.run("INSERT INTO reservations (id, host_id, holder, cpu, memory_gib, created_at) "
+                    "VALUES ('rsv-1', 'h-1', 'i-a', 1, 1, 0)"));
+  ASSERT_TRUE(d.run("INSERT INTO gpu_reservations (reservation_id, host_id, gpu_index) VALUES ('rsv-1', 'h-1', 1)"));
+  auto v = store::apply_migrations(d, all);
+  ASSERT_TRUE(v) << v.error().detail;
+  auto held = active_reservation(d, "i-a");
+  ASSERT_TRUE(held && *held) << (held ? "" : held.error().detail);
+  EXPECT_EQ((*held)->gpu_uuids, std::vector<std::string>{"GPU-b"});
+  EXPECT_EQ((*held)->gpu_indices, std::vector<int>{1});
+  auto fk = d.all("PRAGMA foreign_key_check");
+  ASSERT_TRUE(fk);
+  EXPECT_TRUE(fk->empty());
 }
 
 TEST(AgentProtocol, MessagesRoundTripThroughJson) {

@@ -96,13 +96,21 @@ Placement make_placement(const HostCapacity& host, const PlacementRequest& req) 
   p.cpu = req.cpu;
   p.memory_gib = req.memory_gib;
   if (req.gpu_count > 0) {
-    p.gpu_indices.reserve(host.gpus.size());
+    // Preferred GPUs first, then lowest indices: predictable for users and operators
+    // reading nvidia-smi. The chosen indices are returned ascending.
+    std::vector<std::pair<bool, int>> candidates;  // (not preferred, index)
+    candidates.reserve(host.gpus.size());
     for (const auto& g : host.gpus) {
-      if (g.free && g.model == req.gpu_model) p.gpu_indices.push_back(g.index);
+      if (!g.free || g.model != req.gpu_model) continue;
+      const bool preferred = std::find(req.preferred_gpu_uuids.begin(), req.preferred_gpu_uuids.end(), g.uuid) !=
+                             req.preferred_gpu_uuids.end();
+      candidates.emplace_back(!preferred, g.index);
     }
-    // Lowest indices first: predictable for users and operators reading nvidia-smi.
+    std::sort(candidates.begin(), candidates.end());
+    candidates.resize(static_cast<std::size_t>(req.gpu_count));
+    p.gpu_indices.reserve(candidates.size());
+    for (const auto& c : candidates) p.gpu_indices.push_back(c.second);
     std::sort(p.gpu_indices.begin(), p.gpu_indices.end());
-    p.gpu_indices.resize(static_cast<std::size_t>(req.gpu_count));
   }
   return p;
 }

@@ -50,6 +50,10 @@ struct PlacementRequest {
   int gpu_count = 0;
   int cpu = 0;
   std::int64_t memory_gib = 0;
+  // GPUs to take first when free on the chosen host (a start: the instance's previous
+  // GPUs, so its container need not be rebuilt). A preference only: it never changes which
+  // host is chosen or whether the request fits.
+  std::vector<std::string> preferred_gpu_uuids;
 };
 
 // A decision, and also the reservation to commit and later release.

@@ -25,7 +25,7 @@ HostCapacity make_host(std::string id, std::string zone, std::string model, int 
 
 PlacementRequest gpu_request(std::string model, int count, int cpu = 0, std::int64_t mem = 0,
                              std::string zone = "") {
-  return {std::move(zone), std::move(model), count, cpu, mem};
+  return {std::move(zone), std::move(model), count, cpu, mem, {}};
 }
 
 const Placement& placed(const Result<PlacementResult>& r) {
@@ -53,6 +53,19 @@ TEST(PlacementTest, FitsWithLowestFreeIndices) {
   EXPECT_EQ(p.gpu_indices, (std::vector<int>{1, 3, 4}));
   EXPECT_EQ(p.cpu, 24);
   EXPECT_EQ(p.memory_gib, 96);
+}
+
+TEST(PlacementTest, PreferredGpusAreTakenFirstWhenFreeButNeverRequired) {
+  auto host = make_host("node-1", "zone-a", "RTX 4090", 8, 64, 512, {0, 5});
+  auto req = gpu_request("RTX 4090", 2, 16, 64);
+  req.preferred_gpu_uuids = {host.gpus[6].uuid, host.gpus[3].uuid};
+  EXPECT_EQ(placed(place({host}, req)).gpu_indices, (std::vector<int>{3, 6}));
+  // One preferred GPU is taken by someone else now: the other, then the lowest free.
+  req.preferred_gpu_uuids = {host.gpus[5].uuid, host.gpus[7].uuid};
+  EXPECT_EQ(placed(place({host}, req)).gpu_indices, (std::vector<int>{1, 7}));
+  // Preferred GPUs that are gone (not listed) change nothing.
+  req.preferred_gpu_uuids = {"GPU-gone"};
+  EXPECT_EQ(placed(place({host}, req)).gpu_indices, (std::vector<int>{1, 2}));
 }
 
 TEST(PlacementTest, NoFitNamesReasonsAndClosestHost) {
@@ -236,7 +249,7 @@ TEST(PlacementTest, ModelAbsent) {
 TEST(PlacementTest, NoGpuRequestPrefersHostsWithoutFreeGpus) {
   std::vector<HostCapacity> hosts = {make_host("gpu", "zone-a", "A100", 8),
                                      make_host("cpu-only", "zone-a", "A100", 0)};
-  PlacementRequest req{"", "", 0, 2, 4};
+  PlacementRequest req{"", "", 0, 2, 4, {}};
   auto r = place(hosts, req);
   const Placement& p = placed(r);
   EXPECT_EQ(p.host_id, "h-cpu-only");
@@ -251,9 +264,9 @@ TEST(PlacementTest, NoGpuRequestPrefersHostsWithoutFreeGpus) {
 
 TEST(PlacementTest, BadRequestsAreInvalidArgument) {
   std::vector<HostCapacity> hosts = {make_host("n1", "zone-a", "A100", 8)};
-  for (const auto& req : {PlacementRequest{"", "A100", -1, 0, 0}, PlacementRequest{"", "", 1, 0, 0},
-                          PlacementRequest{"", "A100", 0, 0, 0}, PlacementRequest{"", "", 0, -1, 0},
-                          PlacementRequest{"", "", 0, 0, -5}}) {
+  for (const auto& req : {PlacementRequest{"", "A100", -1, 0, 0, {}}, PlacementRequest{"", "", 1, 0, 0, {}},
+                          PlacementRequest{"", "A100", 0, 0, 0, {}}, PlacementRequest{"", "", 0, -1, 0, {}},
+                          PlacementRequest{"", "", 0, 0, -5, {}}}) {
     auto r = place(hosts, req);
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);

@@ -295,7 +295,7 @@ json::object component_schemas() {
                          {"reported_name", str("As the inventory reported it")},
                          {"memory_gib", integer()},
                          {"pci_bus_id", str()},
-                         {"health", str("\"ok\", \"absent\", or why not")},
+                         {"health", str("\"ok\", \"missing\" (no longer reported by the host), or why not")},
                          {"simulated", boolean()},
                          {"reserved_by", nullable(str("The holder of its active reservation"))},
                          {"instance", nullable(str("The holding instance's id"))}});

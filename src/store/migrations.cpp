@@ -203,8 +203,42 @@ CREATE INDEX events_by_resource ON events(resource, seq);
     {5, R"sql(
 ALTER TABLE images ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 )sql"},
-    // Instances: the generation every write compares and sets, and that fences agent commands.
+    // GPUs are identified by UUID, not by NVML index: an index renumbers when a GPU falls off
+    // the bus or is replaced, a UUID does not. `idx` is only where the GPU was last seen;
+    // reservations name the UUID, so they never point at another physical GPU.
     {6, R"sql(
+CREATE TABLE gpus_by_uuid (
+  uuid TEXT PRIMARY KEY,
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  idx INTEGER NOT NULL,
+  model TEXT NOT NULL,
+  reported_name TEXT NOT NULL,
+  memory_bytes INTEGER NOT NULL,
+  pci_bus_id TEXT NOT NULL,
+  health TEXT NOT NULL,
+  simulated INTEGER NOT NULL,
+  present INTEGER NOT NULL DEFAULT 1
+);
+INSERT INTO gpus_by_uuid (uuid, host_id, idx, model, reported_name, memory_bytes, pci_bus_id, health, simulated, present)
+  SELECT uuid, host_id, idx, model, reported_name, memory_bytes, pci_bus_id, health, simulated, present FROM gpus;
+CREATE TABLE gpu_reservations_by_uuid (
+  reservation_id TEXT NOT NULL REFERENCES reservations(id),
+  gpu_uuid TEXT NOT NULL REFERENCES gpus_by_uuid(uuid),
+  active INTEGER NOT NULL DEFAULT 1
+);
+INSERT INTO gpu_reservations_by_uuid (reservation_id, gpu_uuid, active)
+  SELECT gr.reservation_id, g.uuid, gr.active FROM gpu_reservations gr
+  JOIN gpus g ON g.host_id = gr.host_id AND g.idx = gr.gpu_index;
+DROP TABLE gpu_reservations;
+DROP TABLE gpus;
+ALTER TABLE gpus_by_uuid RENAME TO gpus;
+ALTER TABLE gpu_reservations_by_uuid RENAME TO gpu_reservations;
+CREATE INDEX gpus_by_host ON gpus(host_id, idx);
+CREATE UNIQUE INDEX gpu_reservations_one_active ON gpu_reservations(gpu_uuid) WHERE active = 1;
+CREATE INDEX gpu_reservations_by_reservation ON gpu_reservations(reservation_id);
+)sql"},
+    // Instances: the generation every write compares and sets, and that fences agent commands.
+    {7, R"sql(
 ALTER TABLE instances ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
 )sql"},
 };

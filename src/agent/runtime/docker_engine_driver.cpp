@@ -20,6 +20,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 
+#include "agent/runtime/engine_pipe.h"
+
 namespace gpucloud::agent {
 
 namespace net = boost::asio;
@@ -522,6 +524,9 @@ awaitable<Result<std::optional<ImageInfo>>> DockerEngineDriver::image_inspect(st
   ImageInfo info;
   info.id = string_at(&doc.as_object(), "Id");
   info.size_bytes = int_at(&doc.as_object(), "Size");
+  if (const auto* rootfs = object_at(&doc.as_object(), "RootFS"))
+    if (const auto* layers = rootfs->if_contains("Layers"); layers && layers->is_array())
+      info.layers = static_cast<int>(layers->as_array().size());
   co_return std::optional<ImageInfo>{std::move(info)};
 }
 
@@ -780,10 +785,9 @@ awaitable<Result<std::unique_ptr<TerminalSession>>> DockerEngineDriver::exec_tty
   co_return std::unique_ptr<TerminalSession>(std::move(session));
 }
 
-awaitable<Result<std::string>> DockerEngineDriver::commit(std::string id, std::string repo,
-                                                          std::string tag,
-                                                          std::map<std::string, std::string> labels) {
-  // The engine merges the container's own config into the image (its env with this
+awaitable<Result<json::object>> DockerEngineDriver::parent_config(std::string id,
+                                                                 std::map<std::string, std::string> labels) {
+  // The engine would merge the container's own config into the image (its env with this
   // instance's GPUs, its labels, the init as command). Start instead from the config of the
   // image the container came from, so a saved image looks like its parent plus the files.
   std::string container_target = "/containers/" + url_encode(id) + "/json";
@@ -803,16 +807,122 @@ awaitable<Result<std::string>> DockerEngineDriver::commit(std::string id, std::s
   if (!config.contains("Entrypoint") || config["Entrypoint"].is_null()) config["Entrypoint"] = json::array{};
   if (!config.contains("Env") || config["Env"].is_null()) config["Env"] = json::array{};
   config["Hostname"] = "";
+  co_return config;
+}
 
+awaitable<Result<std::string>> DockerEngineDriver::commit(std::string id, std::string repo,
+                                                          std::string tag,
+                                                          std::map<std::string, std::string> labels) {
+  auto config = co_await parent_config(id, std::move(labels));
+  if (!config) co_return fail(std::move(config.error()));
   std::string target = "/commit?container=" + url_encode(id) + "&repo=" + url_encode(repo) +
                        "&tag=" + url_encode(tag) + "&pause=true";
-  std::optional<json::value> body(std::move(config));
+  std::optional<json::value> body(std::move(*config));
   const std::chrono::milliseconds timeout = std::chrono::minutes(30);
   auto res = co_await engine_.call(Method::post, std::move(target), std::move(body), timeout);
   if (!res) co_return fail(std::move(res.error()));
   const std::string image_id = string_at(res->if_object(), "Id");
   if (image_id.empty()) co_return fail(ErrorCode::internal, "docker engine: commit answered no Id");
   co_return image_id;
+}
+
+namespace {
+// A Dockerfile string in double quotes: what ENV and LABEL values with spaces need.
+std::string dockerfile_quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\' || c == '$') out += '\\';  // $ too: ENV would expand it
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::vector<std::string> DockerEngineDriver::import_changes(const json::object& config) {
+  std::vector<std::string> changes;
+  if (const auto* env = config.if_contains("Env"); env && env->is_array()) {
+    for (const auto& e : env->as_array()) {
+      if (!e.is_string()) continue;
+      const std::string entry(e.as_string());
+      const auto eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      changes.push_back("ENV " + entry.substr(0, eq) + "=" + dockerfile_quoted(std::string_view(entry).substr(eq + 1)));
+    }
+  }
+  // JSON (exec) form: the arguments exactly as they were.
+  for (const char* key : {"Cmd", "Entrypoint"}) {
+    const auto* v = config.if_contains(key);
+    if (v == nullptr || !v->is_array()) continue;
+    std::string instruction = std::string(key) == "Cmd" ? "CMD " : "ENTRYPOINT ";
+    changes.push_back(instruction + json::serialize(*v));
+  }
+  if (auto wd = string_at(&config, "WorkingDir"); !wd.empty()) changes.push_back("WORKDIR " + wd);
+  if (auto user = string_at(&config, "User"); !user.empty()) changes.push_back("USER " + user);
+  if (const auto* labels = object_at(&config, "Labels")) {
+    for (const auto& [k, v] : *labels) {
+      if (!v.is_string()) continue;
+      changes.push_back("LABEL " + dockerfile_quoted(std::string_view(k.data(), k.size())) + "=" +
+                        dockerfile_quoted(std::string_view(v.as_string())));
+    }
+  }
+  return changes;
+}
+
+awaitable<Result<std::string>> DockerEngineDriver::flatten(std::string id, std::string repo,
+                                                           std::string tag,
+                                                           std::map<std::string, std::string> labels) {
+  auto config = co_await parent_config(id, std::move(labels));
+  if (!config) co_return fail(std::move(config.error()));
+  std::string import_target = "/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag);
+  for (const auto& change : import_changes(*config)) import_target += "&changes=" + url_encode(change);
+  const std::chrono::milliseconds timeout = std::chrono::minutes(60);
+  // Streamed engine to engine: the loop only moves pieces, it never holds the filesystem.
+  std::string export_target = "/containers/" + url_encode(id) + "/export";
+  std::string tar_type = "application/x-tar";
+  auto res = co_await docker::pipe_between(engine_.executor(), engine_.options(), std::move(export_target),
+                                           std::move(import_target), std::move(tar_type), timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status < 200 || res->status >= 300) co_return fail(docker::engine_error(res->status, res->body));
+  auto messages = docker::parse_message_stream(res->body);
+  if (!messages) co_return fail(std::move(messages.error()));
+  std::string image_id;
+  for (const auto& m : *messages) {
+    const std::string status = string_at(m.if_object(), "status");
+    if (status.starts_with("sha256:")) image_id = status;
+  }
+  if (image_id.empty()) co_return fail(ErrorCode::internal, "docker engine: import answered no image id");
+  co_return image_id;
+}
+
+double DockerEngineDriver::capped_cpus(double cpus) const {
+  int host_cpus = options_.host_cpus > 0 ? options_.host_cpus
+                                         : static_cast<int>(std::thread::hardware_concurrency());
+  if (host_cpus <= 0) host_cpus = 1;
+  return std::min(cpus, static_cast<double>(host_cpus));
+}
+
+awaitable<Result<double>> DockerEngineDriver::update(std::string id, double cpus, std::int64_t memory_bytes) {
+  if (!std::isfinite(cpus) || cpus <= 0) co_return fail(ErrorCode::invalid_argument, "cpus must be positive");
+  if (memory_bytes < 0 || (memory_bytes > 0 && memory_bytes < 6 * kMiB))
+    co_return fail(ErrorCode::invalid_argument, "memory limit must be at least 6 MiB");
+  const double applied = capped_cpus(cpus);
+  // NanoCpus, as at create: the engine refuses CpuQuota on a container made with NanoCpus.
+  // Memory and MemorySwap together, or a larger Memory than the old MemorySwap is refused.
+  // (ShmSize cannot change: /dev/shm keeps the size it was created with.)
+  json::object body{{"NanoCpus", static_cast<std::int64_t>(std::llround(applied * 1e9))}};
+  if (memory_bytes > 0) {
+    body["Memory"] = memory_bytes;
+    body["MemorySwap"] = memory_bytes;
+  }
+  std::string target = "/containers/" + url_encode(id) + "/update";
+  std::optional<json::value> request_body(std::move(body));
+  auto res = co_await engine_.call(Method::post, std::move(target), std::move(request_body));
+  if (!res) co_return fail(std::move(res.error()));
+  co_return applied;
 }
 
 awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include "agent/runtime/engine_client.h"
@@ -70,8 +71,23 @@ class DockerEngineDriver final : public RuntimeDriver {
                                                      std::string tag,
                                                      std::map<std::string, std::string> labels) override;
   boost::asio::awaitable<Status> remove_image(std::string ref) override;
+  boost::asio::awaitable<Result<double>> update(std::string id, double cpus,
+                                                std::int64_t memory_bytes) override;
+  boost::asio::awaitable<Result<std::string>> flatten(
+      std::string id, std::string repo, std::string tag,
+      std::map<std::string, std::string> labels) override;
+
+  // The `changes` (Dockerfile instructions) an import needs to carry an image config:
+  // ENV, CMD, ENTRYPOINT, WORKDIR, USER, LABEL. Pure, public for tests.
+  static std::vector<std::string> import_changes(const boost::json::object& image_config);
 
  private:
+  // The CPUs a limit of `cpus` becomes on this host (the engine refuses more than it has).
+  double capped_cpus(double cpus) const;
+  // The config of the image container `id` was created from, with `labels` merged in.
+  boost::asio::awaitable<Result<boost::json::object>> parent_config(
+      std::string id, std::map<std::string, std::string> labels);
+
   docker::EngineClient engine_;
   Options options_;
 };

@@ -105,6 +105,7 @@ struct NetworkInfo {
 struct ImageInfo {
   std::string id;
   std::int64_t size_bytes = 0;
+  int layers = 0;  // RootFS.Layers: overlay refuses to mount much past ~125
 };
 
 struct DriverInfo {
@@ -201,6 +202,18 @@ class RuntimeDriver {
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) = 0;
   virtual boost::asio::awaitable<Status> remove_image(std::string ref) = 0;  // gone = ok
+
+  // A container's CPU and memory limits changed in place (it may be stopped): what a start
+  // at another size needs instead of a rebuild. Swap stays off (MemorySwap = Memory); the
+  // CPU limit is capped at the host's cores like a create's. Returns the applied CPUs.
+  virtual boost::asio::awaitable<Result<double>> update(std::string id, double cpus,
+                                                        std::int64_t memory_bytes) = 0;
+  // commit's result with ONE layer: the container's filesystem exported and imported as a
+  // new image keeping its parent image's config (Env, Cmd, Entrypoint, WorkingDir, User,
+  // labels), so repeated rebuilds cannot stack layers without bound. Returns the image id.
+  virtual boost::asio::awaitable<Result<std::string>> flatten(
+      std::string id, std::string repo, std::string tag,
+      std::map<std::string, std::string> labels) = 0;
 };
 
 }  // namespace gpucloud::agent
