@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "agent/child_process.h"
+#include "core/child_process.h"
 
 namespace gpucloud::agent {
 

@@ -1,6 +1,6 @@
 #include "agent/firewall/nftables.h"
 
-#include "agent/child_process.h"
+#include "core/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -25,10 +25,10 @@ namespace gpucloud::agent::firewall {
 
 namespace {
 
-using agent::Fd;
-using agent::ProcessResult;
-using agent::errno_text;
-using agent::run_process;
+using gpucloud::Fd;
+using gpucloud::ProcessResult;
+using gpucloud::errno_text;
+using gpucloud::run_process;
 constexpr const char* kRouteLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet";
 
 // The executable `name` from PATH, then the sbin directories (an agent started with a

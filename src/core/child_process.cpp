@@ -1,4 +1,4 @@
-#include "agent/child_process.h"
+#include "core/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace gpucloud::agent {
+namespace gpucloud {
 
 namespace {
 
@@ -129,4 +129,4 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::str
   return result;
 }
 
-}  // namespace gpucloud::agent
+}  // namespace gpucloud

@@ -1,11 +1,11 @@
-#include "agent/child_process.h"
+#include "core/child_process.h"
 
 #include <cstdlib>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace gpucloud::agent {
+namespace gpucloud {
 namespace {
 
 // The daemon's environment (GPUCLOUD_ADMIN_PASSWORD among it) never reaches what it runs.
@@ -37,4 +37,4 @@ TEST(ChildProcess, KilledPastItsTimeout) {
 }
 
 }  // namespace
-}  // namespace gpucloud::agent
+}  // namespace gpucloud

@@ -15,7 +15,7 @@
 
 #include "core/result.h"
 
-namespace gpucloud::agent {
+namespace gpucloud {
 
 inline constexpr const char* kChildPath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -59,4 +59,4 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, std::str
                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(15000),
                                   const std::vector<std::string>& environment = {kChildPath});
 
-}  // namespace gpucloud::agent
+}  // namespace gpucloud
