@@ -6,6 +6,7 @@
 # Inputs: the read-only directory /.gpucloud/config/ (written by the agent, never part of the
 # container's environment, so a saved image carries no secret):
 #   authorized_keys   OpenSSH public keys for root (optional)
+#   ssh_host_ed25519_key, .pub   the instance's SSH host key (optional, see below)
 #   password_hash     root's password as a crypt(3) hash, e.g. SHA-512 "$6$..." (optional;
 #                     absent = password logins are off)
 #
@@ -13,14 +14,17 @@
 #   - installs the keys into /root/.ssh/authorized_keys inside a managed block (lines the user
 #     added outside the block are kept);
 #   - sets or leaves root's password hash, and turns sshd's password login on or off;
-#   - generates the instance's own ed25519 host key at first boot only. It lives on the
-#     system disk, so it survives stop/start. Saving an instance as an image MUST delete
-#     /etc/ssh/ssh_host_* from the saved filesystem, or every instance made from the image
-#     would share one host key;
+#   - uses the instance's ed25519 host key from $CONFIG/ssh_host_ed25519_key, made by the
+#     agent before the first boot (so the agent knows it at once, and a saved image never
+#     holds it). Without one (an instance made before that, a host without ssh-keygen) it
+#     generates /etc/ssh/ssh_host_ed25519_key at first boot only; that one lives on the
+#     system disk, so saving such an instance as an image MUST delete /etc/ssh/ssh_host_*
+#     from the saved filesystem, or every instance made from the image would share one key;
 #   - prints "GPUCLOUD-HOST-KEY <type> <base64>" on stdout (the container log) so the agent
 #     can show the key without exec'ing (it may also `cat /etc/ssh/ssh_host_ed25519_key.pub`);
 #   - makes the container's environment (NVIDIA_VISIBLE_DEVICES, CUDA's PATH, ...) visible to
-#     SSH login shells through /etc/profile.d;
+#     SSH sessions: login shells through /etc/profile.d (Debian's /etc/profile resets PATH),
+#     every session, `ssh host python train.py` too, through sshd's SetEnv;
 #   - execs sshd in the foreground, or, in an image without sshd, waits forever so the
 #     instance is still reachable through the web terminal (exec).
 # No `ssh-keygen -A`: one ed25519 key is all sshd needs and it is the fast one.
@@ -89,12 +93,42 @@ if [ -s "$CONFIG/password_hash" ]; then
 fi
 
 # --- environment for SSH sessions ----------------------------------------------------------
-# sshd starts sessions with a clean environment; login shells read this back. The container's
-# environment never holds secrets (see above), so writing it down is safe.
+# sshd starts sessions with a clean environment; login shells read this back. The agent
+# refuses secret-looking names in the container's environment, and an image's own are left
+# out here too, so nothing secret is written down.
+SKIP_ENV='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|_|[A-Za-z0-9_]*(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY)[A-Za-z0-9_]*)$'
 if [ -d /etc/profile.d ]; then
-  export -p | grep -Ev '^export (HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|_)=' \
+  export -p | grep -Ev '^export (HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|_)=' |
+    grep -Eiv '^export [A-Za-z0-9_]*(PASSWORD|PASSWD|SECRET|TOKEN|PRIVATE_KEY)' \
     >/etc/profile.d/00-gpucloud-env.sh 2>/dev/null || true
 fi
+# The same environment for every session, login or not, as one sshd "SetEnv" line: each
+# NAME=VALUE double-quoted, '\' and '"' escaped (sshd's own tokenizer). Values spanning lines
+# cannot be written there and are left out. SetEnv needs OpenSSH 7.8 or newer.
+session_env() {
+  awk -v skip="$SKIP_ENV" 'BEGIN {
+    line = ""
+    for (name in ENVIRON) {
+      value = ENVIRON[name]
+      if (name !~ /^[A-Za-z_][A-Za-z0-9_]*$/ || toupper(name) ~ skip || name ~ skip) continue
+      if (index(value, "\n") > 0) continue
+      quoted = ""
+      for (i = 1; i <= length(value); i++) {
+        c = substr(value, i, 1)
+        if (c == "\\" || c == "\"") quoted = quoted "\\"
+        quoted = quoted c
+      }
+      line = line " \"" name "=" quoted "\""
+    }
+    print substr(line, 2)
+  }'
+}
+sshd_has_setenv() {
+  v=$("$1" -V 2>&1 | sed -n 's/.*OpenSSH_\([0-9][0-9]*\)\.\([0-9][0-9]*\).*/\1 \2/p' | head -n 1)
+  [ -n "$v" ] || return 1
+  set -- $v
+  [ "$1" -gt 7 ] || { [ "$1" -eq 7 ] && [ "$2" -ge 8 ]; }
+}
 
 # --- sshd --------------------------------------------------------------------------------------
 SSHD=
@@ -103,7 +137,9 @@ for c in /usr/sbin/sshd /usr/bin/sshd /sbin/sshd; do
 done
 
 if [ -n "$SSHD" ]; then
-  if [ ! -s "$KEY" ] || [ ! -s "$KEY.pub" ]; then
+  if [ -s "$CONFIG/ssh_host_ed25519_key" ] && [ -s "$CONFIG/ssh_host_ed25519_key.pub" ]; then
+    KEY=$CONFIG/ssh_host_ed25519_key
+  elif [ ! -s "$KEY" ] || [ ! -s "$KEY.pub" ]; then
     rm -f "$KEY" "$KEY.pub"
     ssh-keygen -q -t ed25519 -N '' -C "root@$(hostname 2>/dev/null || echo gpucloud)" -f "$KEY" ||
       log "ssh-keygen failed"
@@ -118,7 +154,10 @@ if [ -n "$SSHD" ]; then
       "$password_auth" "$root_login" >/etc/ssh/sshd_config.d/gpucloud.conf 2>/dev/null || true
   fi
   mkdir -p /run/sshd && chmod 755 /run/sshd
-  exec "$SSHD" -D -e \
+  setenv=
+  if sshd_has_setenv "$SSHD"; then setenv=$(session_env); fi
+  if [ -n "$setenv" ]; then set -- -o "SetEnv $setenv"; else set --; fi
+  exec "$SSHD" -D -e "$@" \
     -o HostKey="$KEY" \
     -o PasswordAuthentication="$password_auth" \
     -o KbdInteractiveAuthentication=no \

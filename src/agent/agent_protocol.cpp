@@ -1,23 +1,96 @@
 #include "agent/agent_protocol.h"
 
+#include <cstdint>
+
 #include <boost/json.hpp>
 
 namespace gpucloud::agent {
 namespace json = boost::json;
 
 namespace {
-// Reading JSON messages: a malformed message is an error value, never an exception.
-template <class T, class F>
-Result<T> read_message(const json::value& v, const char* what, F&& fill) {
-  try {
-    T out;
-    fill(v.as_object(), out);
-    return out;
-  } catch (const std::exception& e) {
-    return fail(ErrorCode::internal, std::string("agent protocol: malformed ") + what + ": " + e.what());
+// Reading JSON messages: a malformed message (not an object, a field missing or of the wrong
+// type, a number out of range) is an error value naming the field, never an exception. The
+// first problem is kept; reads after it answer defaults.
+class Fields {
+ public:
+  Fields(const json::value& v, const char* what) : what_(what) {
+    if (const auto* o = v.if_object()) {
+      object_ = o;
+    } else {
+      problem_ = "not a JSON object";
+    }
   }
-}
-std::string str(const json::object& o, const char* k) { return std::string(o.at(k).as_string()); }
+
+  std::string str(const char* key) {
+    const json::value* v = get(key);
+    if (!v) return {};
+    if (!v->is_string()) return bad(key, "not a string"), std::string();
+    return std::string(v->as_string());
+  }
+  std::int64_t int64(const char* key, std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX) {
+    const json::value* v = get(key);
+    if (!v) return 0;
+    std::int64_t out = 0;
+    if (v->is_int64()) {
+      out = v->as_int64();
+    } else if (v->is_uint64() && v->as_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
+      out = static_cast<std::int64_t>(v->as_uint64());
+    } else {
+      return bad(key, "not an integer"), 0;
+    }
+    if (out < min || out > max) return bad(key, "out of range"), 0;
+    return out;
+  }
+  int int32(const char* key) { return static_cast<int>(int64(key, INT32_MIN, INT32_MAX)); }
+  std::uint64_t uint64(const char* key) {
+    const json::value* v = get(key);
+    if (!v) return 0;
+    if (v->is_uint64()) return v->as_uint64();
+    if (v->is_int64() && v->as_int64() >= 0) return static_cast<std::uint64_t>(v->as_int64());
+    return bad(key, "not a non-negative integer"), 0;
+  }
+  bool boolean(const char* key) {
+    const json::value* v = get(key);
+    if (!v) return false;
+    if (!v->is_bool()) return bad(key, "not a boolean"), false;
+    return v->as_bool();
+  }
+  json::object object(const char* key) {
+    const json::value* v = get(key);
+    if (!v) return {};
+    if (!v->is_object()) return bad(key, "not an object"), json::object();
+    return v->as_object();
+  }
+  const json::array* array(const char* key) {
+    const json::value* v = get(key);
+    if (!v) return nullptr;
+    if (!v->is_array()) return bad(key, "not an array"), nullptr;
+    return &v->as_array();
+  }
+  void bad(const std::string& key, const std::string& why) {
+    if (problem_.empty()) problem_ = key + ": " + why;
+  }
+
+  template <class T>
+  Result<T> finish(T value) const {
+    if (!problem_.empty()) {
+      return fail(ErrorCode::internal, std::string("agent protocol: malformed ") + what_ + ": " + problem_);
+    }
+    return value;
+  }
+
+ private:
+  const json::value* get(const char* key) {
+    if (!object_) return nullptr;
+    const json::value* v = object_->if_contains(key);
+    if (!v) bad(key, "missing");
+    return v;
+  }
+
+  const char* what_;
+  const json::object* object_ = nullptr;
+  std::string problem_;
+};
 }  // namespace
 
 json::object to_json(const GpuInfo& g) {
@@ -58,67 +131,84 @@ json::object to_json(const CommandOutcome& o) {
 }
 
 Result<GpuInfo> gpu_info_from_json(const json::value& v) {
-  return read_message<GpuInfo>(v, "gpu", [](const json::object& o, GpuInfo& g) {
-    g.index = static_cast<int>(o.at("index").to_number<std::int64_t>());
-    g.uuid = str(o, "uuid");
-    g.model = str(o, "model");
-    g.memory_bytes = o.at("memory_bytes").to_number<std::int64_t>();
-    g.pci_bus_id = str(o, "pci_bus_id");
-    g.health = str(o, "health");
-    g.simulated = o.at("simulated").as_bool();
-  });
+  Fields f(v, "gpu");
+  GpuInfo g;
+  g.index = f.int32("index");
+  g.uuid = f.str("uuid");
+  g.model = f.str("model");
+  g.memory_bytes = f.int64("memory_bytes");
+  g.pci_bus_id = f.str("pci_bus_id");
+  g.health = f.str("health");
+  g.simulated = f.boolean("simulated");
+  return f.finish(std::move(g));
 }
 
 Result<HostInventory> host_inventory_from_json(const json::value& v) {
-  std::optional<Error> gpu_error;
-  auto r = read_message<HostInventory>(v, "host inventory", [&](const json::object& o, HostInventory& h) {
-    h.name = str(o, "name");
-    h.zone = str(o, "zone");
-    h.cpu = static_cast<int>(o.at("cpu").to_number<std::int64_t>());
-    h.memory_gib = o.at("memory_gib").to_number<std::int64_t>();
-    h.port_min = static_cast<int>(o.at("port_min").to_number<std::int64_t>());
-    h.port_max = static_cast<int>(o.at("port_max").to_number<std::int64_t>());
-    h.engine = str(o, "engine");
-    h.simulated = o.at("simulated").as_bool();
-    h.inventory_source = str(o, "inventory_source");
-    h.inventory_error = str(o, "inventory_error");
-    h.protocol_version = static_cast<int>(o.at("protocol_version").to_number<std::int64_t>());
-    for (const auto& g : o.at("gpus").as_array()) {
+  Fields f(v, "host inventory");
+  HostInventory h;
+  h.name = f.str("name");
+  h.zone = f.str("zone");
+  h.cpu = f.int32("cpu");
+  h.memory_gib = f.int64("memory_gib");
+  h.port_min = f.int32("port_min");
+  h.port_max = f.int32("port_max");
+  h.engine = f.str("engine");
+  h.simulated = f.boolean("simulated");
+  h.inventory_source = f.str("inventory_source");
+  h.inventory_error = f.str("inventory_error");
+  h.protocol_version = f.int32("protocol_version");
+  if (const auto* gpus = f.array("gpus")) {
+    for (const auto& g : *gpus) {
       auto gpu = gpu_info_from_json(g);
-      if (!gpu) gpu_error = gpu.error();
-      else h.gpus.push_back(std::move(*gpu));
+      if (!gpu) {
+        f.bad("gpus", gpu.error().detail);
+        break;
+      }
+      h.gpus.push_back(std::move(*gpu));
     }
-  });
-  if (r && gpu_error) return fail(*gpu_error);
-  return r;
+  }
+  return f.finish(std::move(h));
 }
 
 Result<Heartbeat> heartbeat_from_json(const json::value& v) {
-  return read_message<Heartbeat>(v, "heartbeat", [](const json::object& o, Heartbeat& b) {
-    b.host_name = str(o, "host_name");
-    b.sequence = o.at("sequence").to_number<std::uint64_t>();
-    for (const auto& g : o.at("gpus").as_array())
+  Fields f(v, "heartbeat");
+  Heartbeat b;
+  b.host_name = f.str("host_name");
+  b.sequence = f.uint64("sequence");
+  // A GPU the agent could not describe is left out of the beat (its health stays as it was).
+  if (const auto* gpus = f.array("gpus")) {
+    for (const auto& g : *gpus)
       if (auto gpu = gpu_info_from_json(g)) b.gpus.push_back(std::move(*gpu));
-  });
+  }
+  return f.finish(std::move(b));
 }
 
 Result<Command> command_from_json(const json::value& v) {
-  return read_message<Command>(v, "command", [](const json::object& o, Command& c) {
-    c.id = str(o, "id");
-    c.host_name = str(o, "host_name");
-    c.kind = str(o, "kind");
-    c.desired = o.at("desired").as_object();
-  });
+  Fields f(v, "command");
+  Command c;
+  c.id = f.str("id");
+  c.host_name = f.str("host_name");
+  c.kind = f.str("kind");
+  c.desired = f.object("desired");
+  return f.finish(std::move(c));
 }
 
 Result<CommandOutcome> command_outcome_from_json(const json::value& v) {
-  return read_message<CommandOutcome>(v, "command outcome", [](const json::object& o, CommandOutcome& c) {
-    c.command_id = str(o, "command_id");
-    c.ok = o.at("ok").as_bool();
-    c.error_code = str(o, "error_code");
-    c.error_detail = str(o, "error_detail");
-    c.observed = o.at("observed").as_object();
-  });
+  Fields f(v, "command outcome");
+  CommandOutcome c;
+  c.command_id = f.str("command_id");
+  c.ok = f.boolean("ok");
+  c.error_code = f.str("error_code");
+  c.error_detail = f.str("error_detail");
+  c.observed = f.object("observed");
+  return f.finish(std::move(c));
+}
+
+Result<json::value> parse_message(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) return fail(ErrorCode::internal, "agent protocol: not JSON: " + ec.message());
+  return v;
 }
 
 CommandOutcome failed_outcome(const std::string& command_id, const Error& error) {

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include "core/result.h"
 
@@ -73,6 +75,10 @@ Result<HostInventory> host_inventory_from_json(const boost::json::value&);
 Result<Heartbeat> heartbeat_from_json(const boost::json::value&);
 Result<Command> command_from_json(const boost::json::value&);
 Result<CommandOutcome> command_outcome_from_json(const boost::json::value&);
+// The *_from_json readers never throw: a message that is not an object, lacks a field or has
+// one of the wrong type or range is an `internal` error naming the field. parse_message
+// turns text into JSON the same way (not JSON: an error, never an exception).
+Result<boost::json::value> parse_message(std::string_view text);
 
 // An outcome carrying an error as a value.
 CommandOutcome failed_outcome(const std::string& command_id, const Error& error);

@@ -284,7 +284,22 @@ json::object to_json(const InstanceRecord& r) {
                                     {"memory_gib", r.created_with.memory_gib},
                                     {"gpu_uuids", to_array(r.created_with.gpu_uuids)}}},
       {"system_images", to_array(r.system_images)},
+      {"generation", r.generation},
   };
+}
+
+Result<std::int64_t> command_generation(const json::object& desired) {
+  auto g = read_int(desired, "generation", false, 0);
+  if (!g) return fail(g.error());
+  if (*g < 0) return invalid("generation must be an integer >= 0");
+  return *g;
+}
+
+Status check_generation(const std::string& instance_id, std::int64_t applied, std::int64_t incoming) {
+  if (incoming <= 0 || incoming >= applied) return ok();
+  return fail(ErrorCode::conflict, "stale command: instance " + instance_id + " has applied generation " +
+                                       std::to_string(applied) + "; this command carries generation " +
+                                       std::to_string(incoming));
 }
 
 Result<InstanceRecord> instance_record_from_json(const json::value& value) {
@@ -326,6 +341,9 @@ Result<InstanceRecord> instance_record_from_json(const json::value& value) {
   auto images = read_strings(o, "system_images");
   if (!images) return fail(images.error());
   r.system_images = std::move(*images);
+  auto generation = read_int(o, "generation", false, 0);  // absent in records before fencing
+  if (!generation) return fail(generation.error());
+  r.generation = *generation;
   return r;
 }
 
@@ -400,6 +418,7 @@ Result<std::optional<NetworkRecord>> AgentStateStore::load_network() const {
 Status AgentStateStore::save_network(const NetworkRecord& n) {
   if (auto s = prepare(); !s) return s;
   const json::object o{{"name", n.name}, {"subnet", n.subnet}, {"gateway", n.gateway}};
+  observe(dir_ + "/network.json");
   return write_file_atomic(dir_ + "/network.json", json::serialize(o) + "\n", 0600);
 }
 
@@ -447,15 +466,39 @@ Status AgentStateStore::save_instance(const InstanceRecord& record) {
   if (auto s = prepare(); !s) return s;
   const std::string dir = instance_dir(record.desired.instance_id);
   if (auto s = make_dir(dir); !s) return s;
+  observe(dir + "/instance.json");
   return write_file_atomic(dir + "/instance.json", json::serialize(to_json(record)) + "\n", 0600);
 }
 
 Status AgentStateStore::remove_instance(const std::string& instance_id) {
   if (!is_valid_instance_id(instance_id)) return invalid("bad instance id");
+  observe(instance_dir(instance_id));
   std::error_code ec;
   fs::remove_all(instance_dir(instance_id), ec);
   if (ec) return fail(ErrorCode::internal, "cannot remove " + instance_dir(instance_id) + ": " + ec.message());
   return fsync_dir(dir_ + "/instances");
+}
+
+Result<std::int64_t> AgentStateStore::load_removed_generation(const std::string& instance_id) const {
+  if (!is_valid_instance_id(instance_id)) return invalid("bad instance id");
+  const std::string path = dir_ + "/removed/" + instance_id + ".json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::int64_t{0};
+  auto text = read_text_file(path);
+  if (!text) return fail(text.error());
+  boost::system::error_code jec;
+  const json::value v = json::parse(*text, jec);
+  if (jec || !v.is_object()) return fail(ErrorCode::internal, path + " is not a JSON object");
+  return read_int(v.as_object(), "generation", true);
+}
+
+Status AgentStateStore::save_removed_generation(const std::string& instance_id, std::int64_t generation) {
+  if (!is_valid_instance_id(instance_id)) return invalid("bad instance id");
+  if (auto s = prepare(); !s) return s;
+  if (auto s = make_dir(dir_ + "/removed"); !s) return s;
+  const json::object o{{"generation", generation}};
+  observe(dir_ + "/removed/" + instance_id + ".json");
+  return write_file_atomic(dir_ + "/removed/" + instance_id + ".json", json::serialize(o) + "\n", 0600);
 }
 
 Result<bool> AgentStateStore::write_config(const std::string& instance_id,
@@ -473,6 +516,7 @@ Result<bool> AgentStateStore::write_config(const std::string& instance_id,
       return ok();
     }
     changed = true;
+    observe(path);
     return write_file_atomic(path, content, 0600);
   };
   std::string keys = authorized_keys;

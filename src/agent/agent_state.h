@@ -10,7 +10,9 @@
 //   STATE_DIR/instances/<instance id>/instance.json
 //   STATE_DIR/instances/<instance id>/config/{authorized_keys,password_hash}   (0600; the
 //       init's read-only /.gpucloud/config inside the container)
+//   STATE_DIR/removed/<instance id>.json   {"generation": N} of a removed instance
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,7 +76,18 @@ struct InstanceRecord {
   // size need a new container): each rebuild commits the old container's filesystem as the
   // next of these images, oldest first; the container runs from the last. Removed at release.
   std::vector<std::string> system_images;
+  // The highest command generation applied to this instance (0: none given yet). A command
+  // carrying an older generation is refused (see check_generation), so a retried or
+  // reordered command cannot undo a newer one.
+  std::int64_t generation = 0;
 };
+
+// An instance command's "generation" (desired.generation: an integer >= 0; absent = 0, which
+// is not fenced). invalid_argument when present and not such an integer.
+Result<std::int64_t> command_generation(const boost::json::object& desired);
+// conflict ("stale command") when `incoming` > 0 and older than `applied`; equal is a retry
+// of the same generation and is let through.
+Status check_generation(const std::string& instance_id, std::int64_t applied, std::int64_t incoming);
 
 // Instance ids name files, containers and firewall comments: [A-Za-z0-9][A-Za-z0-9_.-]{0,63}.
 bool is_valid_instance_id(std::string_view id);
@@ -98,11 +111,19 @@ class AgentStateStore {
   std::string instance_dir(const std::string& instance_id) const;
   std::string config_dir(const std::string& instance_id) const;
 
+  // Tests: called with the path on the thread that writes it, before each write or removal.
+  void set_write_observer(std::function<void(const std::string&)> observer) { observer_ = std::move(observer); }
+
   // Creates the directory tree (0700).
   Status prepare();
 
   Result<std::optional<NetworkRecord>> load_network() const;
   Status save_network(const NetworkRecord& network);
+
+  // The generation an instance was removed at (STATE_DIR/removed/<id>.json), so that a
+  // stale ensure arriving after the remove cannot bring it back. 0 when none is recorded.
+  Result<std::int64_t> load_removed_generation(const std::string& instance_id) const;
+  Status save_removed_generation(const std::string& instance_id, std::int64_t generation);
 
   // Every readable record; unreadable ones are named in `problems` and skipped (their
   // containers then show up as unknown, for the operator to look at).
@@ -117,7 +138,12 @@ class AgentStateStore {
                             const std::optional<std::string>& password_hash);
 
  private:
+  void observe(const std::string& path) const {
+    if (observer_) observer_(path);
+  }
+
   std::string dir_;
+  std::function<void(const std::string&)> observer_;
 };
 
 }  // namespace gpucloud::agent

@@ -20,6 +20,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/host_key.h"
 #include "agent/local_agent.h"
 #include "core/fault_points.h"
 #include "core/offload.h"
@@ -227,11 +228,14 @@ InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installa
       firewall_(std::move(firewall_table)),
       options_(options),
       start_lock_(std::make_unique<AsyncLock>()),
-      network_lock_(std::make_unique<AsyncLock>()) {}
+      network_lock_(std::make_unique<AsyncLock>()) {
+  if (options_.state_write_observer) store_.set_write_observer(options_.state_write_observer);
+}
 
 InstanceRuntime::~InstanceRuntime() {
   firewall_thread_.stop();
   firewall_thread_.join();
+  state_thread_.join();  // a write already asked for still lands (its waiter is gone)
 }
 
 void InstanceRuntime::register_handlers(LocalAgent& agent) {
@@ -305,13 +309,27 @@ awaitable<Status> InstanceRuntime::start_locked() {
       co_return fail(ErrorCode::unavailable, "instance init script not found at " + init_script_path_);
     }
   }
-  if (auto s = store_.prepare(); !s) co_return s;
-  auto network = store_.load_network();
-  if (!network) co_return fail(std::move(network.error()));
-  network_ = std::move(*network);
-  std::vector<std::string> problems;
-  auto records = store_.load_instances(&problems);
-  if (!records) co_return fail(std::move(records.error()));
+  struct Loaded {
+    std::optional<NetworkRecord> network;
+    std::vector<InstanceRecord> records;
+    std::vector<std::string> problems;
+  };
+  auto load = [this]() -> Result<Loaded> {
+    Loaded out;
+    if (auto s = store_.prepare(); !s) return fail(std::move(s.error()));
+    auto network = store_.load_network();
+    if (!network) return fail(std::move(network.error()));
+    out.network = std::move(*network);
+    auto records = store_.load_instances(&out.problems);
+    if (!records) return fail(std::move(records.error()));
+    out.records = std::move(*records);
+    return out;
+  };
+  auto loaded_state = co_await offload<Result<Loaded>>(state_thread_.get_executor(), std::move(load));
+  if (!loaded_state) co_return fail(std::move(loaded_state.error()));
+  network_ = std::move(loaded_state->network);
+  std::vector<std::string> problems = std::move(loaded_state->problems);
+  auto records = &loaded_state->records;
   for (const auto& p : problems) {
     spdlog::warn(R"({{"event":"instance_record_unreadable","problem":{}}})", q(p));
   }
@@ -355,7 +373,7 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
       InstanceRecord updated = *slot->record;
       updated.container_id = found->id;
       updated.driver_state = encode_driver_state(driver_state_for(updated));
-      if (auto s = store_.save_instance(updated); s) slot->record = std::move(updated);
+      if (auto s = co_await save_record(updated); s) slot->record = std::move(updated);
     }
   }
   co_return co_await apply_firewall();
@@ -379,7 +397,7 @@ awaitable<Status> InstanceRuntime::ensure_network() {
     if (info->gateway != network_->gateway && !info->gateway.empty()) {
       NetworkRecord updated = *network_;
       updated.gateway = info->gateway;
-      if (auto s = store_.save_network(updated); !s) co_return s;
+      if (auto s = co_await save_network_record(updated); !s) co_return s;
       network_ = std::move(updated);
     }
     network_checked_ = true;
@@ -401,7 +419,7 @@ awaitable<Status> InstanceRuntime::ensure_network() {
     }
     if (info) {
       NetworkRecord record{network_name_, info->subnet, info->gateway};
-      if (auto s = store_.save_network(record); !s) co_return s;
+      if (auto s = co_await save_network_record(record); !s) co_return s;
       network_ = std::move(record);
       network_checked_ = true;
       spdlog::info(R"({{"event":"instance_network_ready","network":"{}","subnet":"{}","created":{}}})",
@@ -669,6 +687,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   const InstanceSpec spec = std::move(*parsed);
   auto secrets = secrets_from_json(desired);
   if (!secrets) co_return fail(std::move(secrets.error()));
+  auto generation = command_generation(desired);
+  if (!generation) co_return fail(std::move(generation.error()));
   if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
   const std::string id = spec.instance_id;
   // Checked again below, atomically with taking the ports; this early check only answers a
@@ -678,6 +698,9 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   Instance& slot = instance_slot(id);
   co_await slot.lock.lock();
   Unlocker guard(slot.lock);
+  // Fenced before anything is touched: an older command (a retry that lost a race, a
+  // reordered delivery) must not undo what a newer one did.
+  if (auto s = co_await check_fence(slot, id, *generation); !s) co_return fail(std::move(s.error()));
 
   if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
 
@@ -713,6 +736,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     //    suspension between the check and the record taking them.
     if (auto s = check_ports_free(spec); !s) co_return fail(std::move(s.error()));
     record.desired = spec;
+    record.generation = std::max(record.generation, *generation);
     if (container.exists) {
       record.container_id = container.id;
       record.driver_state = encode_driver_state(driver_state_for(record));
@@ -726,27 +750,32 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       }
     }
     if (!had_record) {
-      revert.add_sync([this, &slot, id] {
-        slot.record.reset();
-        if (auto s = store_.remove_instance(id); !s) {
-          spdlog::warn(R"({{"event":"instance_revert_failed","instance":"{}","error":{}}})", id,
-                       error_text(s.error()));
-        }
-      });
+      revert.add([this, &slot, id]() { return forget_record(slot, id); });
     } else {
       // By reference: a rebuild below updates the system images the old record must keep.
-      revert.add_sync([this, &slot, &old_record] {
-        slot.record = old_record;
-        (void)store_.save_instance(*old_record);
-      });
+      revert.add([this, &slot, &old_record]() { return restore_record(slot, *old_record); });
     }
-    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
     slot.record = record;
     reserved_ips_.erase(record.ipv4);
 
     // 4. The init's inputs (read at every boot).
-    auto config_changed = store_.write_config(id, secrets->authorized_keys, secrets->password_hash);
+    auto config_changed = co_await write_init_config(id, secrets->authorized_keys, secrets->password_hash);
     if (!config_changed) co_return fail(std::move(config_changed.error()));
+    // The SSH host key, in the config directory: made now, before a new filesystem first
+    // boots, so it is known without reading the container's log and sshd starts at once.
+    // An instance whose key lives on its system disk (made by an older init, or adopted)
+    // keeps that one; so does any instance on a host without ssh-keygen.
+    const bool new_filesystem = !container.exists && record.system_images.empty();
+    std::string config_host_key;
+    const std::string key_comment = "root@" + spec.name;  // (a named local: g++ 12, see architecture.md)
+    if (auto key = co_await instance_host_key(id, key_comment, new_filesystem)) {
+      config_host_key = *key;
+    } else {
+      spdlog::warn(R"({{"event":"instance_host_key_not_made","instance":"{}","error":{}}})", id,
+                   error_text(key.error()));
+    }
+    if (!config_host_key.empty()) record.host_key = config_host_key;
 
     // 5. The container: create when missing, then start or stop as desired. A stopped
     //    container that cannot take the new hostname, GPUs or size is rebuilt first: its
@@ -780,7 +809,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       if (!image) co_return fail(std::move(image.error()));
       record.system_images.push_back(*image);
       if (old_record) old_record->system_images = record.system_images;  // kept even if a later step fails
-      if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+      if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
       fault_point("rebuild.after_commit");
       if (auto s = co_await driver_->remove(record.container_id); !s) co_return fail(std::move(s.error()));
@@ -816,9 +845,9 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
       record.container_id = made->id;
       record.driver_state = encode_driver_state(driver_state_for(record));
-      if (!rebuilt) record.host_key.clear();  // a new filesystem: the init makes a new key
+      if (!rebuilt) record.host_key = config_host_key;  // a new filesystem: "" = the init makes one
       record.created_with = CreatedWith{spec.image, spec.name, spec.cpu, spec.memory_gib, effective_gpus(spec)};
-      if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+      if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
       container.exists = true;
       container.id = made->id;
@@ -844,12 +873,12 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     if (!now->exists) co_return fail(ErrorCode::conflict, "container " + record.container_id + " vanished");
     if (now->running) {
       const std::chrono::milliseconds wait = booted ? options_.host_key_wait : std::chrono::milliseconds(0);
-      if (booted || record.host_key.empty()) {
+      if (config_host_key.empty() && (booted || record.host_key.empty())) {
         std::string key = co_await read_host_key(record.container_id, wait);
         if (!key.empty()) record.host_key = key;
       }
     }
-    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
     slot.record = record;
 
     // 7. Publish: the whole table, from every running instance of this installation.
@@ -911,6 +940,67 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   co_return result;
 }
 
+// ---- the state directory, off the event loop ------------------------------------------------
+// Every write is fsynced (file and directory): milliseconds on a busy disk. They run on the
+// state thread, one at a time in the order asked, while the strand waits for each.
+
+awaitable<Status> InstanceRuntime::save_record(InstanceRecord record) {
+  auto job = [this, record = std::move(record)]() -> Status { return store_.save_instance(record); };
+  co_return co_await offload<Status>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Status> InstanceRuntime::drop_record(std::string id) {
+  auto job = [this, id = std::move(id)]() -> Status { return store_.remove_instance(id); };
+  co_return co_await offload<Status>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Status> InstanceRuntime::save_network_record(NetworkRecord network) {
+  auto job = [this, network = std::move(network)]() -> Status { return store_.save_network(network); };
+  co_return co_await offload<Status>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Result<bool>> InstanceRuntime::write_init_config(std::string id, std::string authorized_keys,
+                                                           std::optional<std::string> password_hash) {
+  auto job = [this, id = std::move(id), keys = std::move(authorized_keys),
+              hash = std::move(password_hash)]() -> Result<bool> { return store_.write_config(id, keys, hash); };
+  co_return co_await offload<Result<bool>>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Result<std::string>> InstanceRuntime::instance_host_key(std::string id, std::string comment, bool make) {
+  auto job = [dir = store_.config_dir(id), comment = std::move(comment), make]() -> Result<std::string> {
+    return make ? ensure_config_host_key(dir, comment) : read_config_host_key(dir);
+  };
+  co_return co_await offload<Result<std::string>>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<void> InstanceRuntime::forget_record(Instance& slot, std::string id) {
+  slot.record.reset();
+  if (auto s = co_await drop_record(id); !s) {
+    spdlog::warn(R"({{"event":"instance_revert_failed","instance":"{}","error":{}}})", id, error_text(s.error()));
+  }
+}
+
+awaitable<void> InstanceRuntime::restore_record(Instance& slot, InstanceRecord old) {
+  slot.record = old;
+  (void)co_await save_record(std::move(old));
+}
+
+// ---- command fencing ---------------------------------------------------------------------
+
+awaitable<Status> InstanceRuntime::check_fence(Instance& slot, std::string id, std::int64_t generation) {
+  if (generation <= 0) co_return ok();
+  std::int64_t applied = 0;
+  if (slot.record) {
+    applied = slot.record->generation;
+  } else {
+    auto read = [this, id]() { return store_.load_removed_generation(id); };
+    auto removed = co_await offload<Result<std::int64_t>>(state_thread_.get_executor(), std::move(read));
+    if (!removed) co_return fail(std::move(removed.error()));
+    applied = *removed;
+  }
+  co_return check_generation(id, applied, generation);
+}
+
 // ---- instance.remove ---------------------------------------------------------------------
 
 awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
@@ -919,10 +1009,14 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
     co_return invalid("instance_id is required: 1-64 of [A-Za-z0-9_.-]");
   }
   const std::string id(idv->as_string());
+  auto generation = command_generation(desired);
+  if (!generation) co_return fail(std::move(generation.error()));
   if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
   Instance& slot = instance_slot(id);
   co_await slot.lock.lock();
   Unlocker guard(slot.lock);
+  if (auto s = co_await check_fence(slot, id, *generation); !s) co_return fail(std::move(s.error()));
+  const std::int64_t removed_at = std::max(*generation, slot.record ? slot.record->generation : 0);
 
   json::array removed;
   if (slot.record && !slot.record->container_id.empty()) {
@@ -960,7 +1054,14 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
                      error_text(s.error()));
     }
   }
-  if (auto s = store_.remove_instance(id); !s) co_return fail(std::move(s.error()));
+  // Kept after the record is gone: a stale ensure must not bring the instance back.
+  if (removed_at > 0) {
+    auto tombstone = [this, id, removed_at]() { return store_.save_removed_generation(id, removed_at); };
+    if (auto s = co_await offload<Status>(state_thread_.get_executor(), std::move(tombstone)); !s) {
+      co_return fail(std::move(s.error()));
+    }
+  }
+  if (auto s = co_await drop_record(id); !s) co_return fail(std::move(s.error()));
   spdlog::info(R"({{"event":"instance_removed","instance":"{}","containers":{}}})", id, removed.size());
   co_return json::object{{"instance_id", id},
                          {"existed", had_record || !removed.empty()},

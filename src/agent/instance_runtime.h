@@ -8,6 +8,11 @@
 //                          stops the container, writes the init's config, publishes ports
 //   instance.remove        desired: {"instance_id"}; the container (forced), ports, config,
 //                          record; the address returns to the pool
+//
+// Both take an optional "generation" (integer, the control plane's version of the instance's
+// desired state). The record keeps the highest applied; a command carrying an older one is
+// refused with `conflict` ("stale command: ...") before anything changes, also after the
+// instance was removed (STATE_DIR/removed/<id>.json). No generation (or 0): not fenced.
 //   instance.status        desired: {}; every container of this installation and every
 //                          recorded instance, plus containers with our label and no record
 //   instance.stop_unknown  desired: {"container_id"}; stops (never deletes) such a container
@@ -23,8 +28,9 @@
 // containers are found again from their persisted DriverState (id, then name, then labels).
 //
 // All coroutines run on a strand of the executor given to the constructor; nft runs on a
-// private thread (it forks and waits).
+// private thread (it forks and waits), and so do the state directory's writes (they fsync).
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,6 +68,8 @@ class InstanceRuntime {
     // imports the filesystem as one layer instead (overlay stops mounting near 125).
     // GPUCLOUD_MAX_SYSTEM_IMAGE_LAYERS overrides it (tests).
     int max_system_image_layers = default_max_system_image_layers();
+    // Tests: sees each state-directory write, on the thread that makes it.
+    std::function<void(const std::string&)> state_write_observer;
   };
   static int default_max_system_image_layers();
 
@@ -122,6 +130,18 @@ class InstanceRuntime {
   boost::asio::awaitable<Status> ensure_started();
   boost::asio::awaitable<Status> ensure_network();
 
+  // The state directory's writes (and fsyncs), on state_thread_.
+  boost::asio::awaitable<Status> save_record(InstanceRecord record);
+  boost::asio::awaitable<Status> drop_record(std::string id);
+  boost::asio::awaitable<Status> save_network_record(NetworkRecord network);
+  boost::asio::awaitable<Result<bool>> write_init_config(std::string id, std::string authorized_keys,
+                                                         std::optional<std::string> password_hash);
+  // The host key in the instance's config directory ("" when none); `make`: make one if absent.
+  boost::asio::awaitable<Result<std::string>> instance_host_key(std::string id, std::string comment, bool make);
+  boost::asio::awaitable<void> forget_record(Instance& slot, std::string id);   // undo of a new record
+  boost::asio::awaitable<void> restore_record(Instance& slot, InstanceRecord old);
+  // conflict when `generation` is older than what the instance (or its removal) applied.
+  boost::asio::awaitable<Status> check_fence(Instance& slot, std::string id, std::int64_t generation);
   boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> status();
@@ -169,6 +189,8 @@ class InstanceRuntime {
   firewall::NftablesFirewall firewall_;
   Options options_;
   boost::asio::thread_pool firewall_thread_{1};
+  // The state directory's files are written and fsynced here, never on the event loop.
+  boost::asio::thread_pool state_thread_{1};
 
   bool started_ = false;
   std::unique_ptr<AsyncLock> start_lock_;    // loading the state directory

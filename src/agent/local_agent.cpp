@@ -122,6 +122,9 @@ asio::awaitable<Result<CommandOutcome>> LocalAgent::execute(Command command) {
     outcome = result ? std::move(*result) : failed_outcome(command.id, result.error());
   }
   outcome.command_id = command.id;
+  // Only what was done is remembered: a command that failed (the engine away, say) runs
+  // again when the control plane retries it under the same id.
+  if (!outcome.ok) co_return outcome;
   outcomes_[command.id] = outcome;
   outcome_order_.push_back(command.id);
   if (outcome_order_.size() > kRememberedOutcomes) {

@@ -6,7 +6,8 @@ namespace gpucloud::agent {
 namespace json = boost::json;
 
 namespace {
-json::value through_text(const json::value& v) { return json::parse(json::serialize(v)); }
+// What a wire would do: text out, parsed back in (a parse failure is an error value).
+Result<json::value> through_text(const json::value& v) { return parse_message(json::serialize(v)); }
 }  // namespace
 
 boost::asio::awaitable<Result<std::vector<HostInventory>>> LoopbackJsonAgent::register_hosts() {
@@ -15,7 +16,9 @@ boost::asio::awaitable<Result<std::vector<HostInventory>>> LoopbackJsonAgent::re
   std::vector<HostInventory> out;
   for (const auto& h : *hosts) {
     ++messages_;
-    auto copy = host_inventory_from_json(through_text(to_json(h)));
+    auto text = through_text(to_json(h));
+    if (!text) co_return tl::unexpected(text.error());
+    auto copy = host_inventory_from_json(*text);
     if (!copy) co_return tl::unexpected(copy.error());
     out.push_back(std::move(*copy));
   }
@@ -24,17 +27,23 @@ boost::asio::awaitable<Result<std::vector<HostInventory>>> LoopbackJsonAgent::re
 
 boost::asio::awaitable<Result<CommandOutcome>> LoopbackJsonAgent::execute(Command command) {
   ++messages_;
-  auto sent = command_from_json(through_text(to_json(command)));
+  auto sent_text = through_text(to_json(command));
+  if (!sent_text) co_return tl::unexpected(sent_text.error());
+  auto sent = command_from_json(*sent_text);
   if (!sent) co_return tl::unexpected(sent.error());
   auto outcome = co_await inner_->execute(std::move(*sent));
   if (!outcome) co_return outcome;
-  co_return command_outcome_from_json(through_text(to_json(*outcome)));
+  auto reply = through_text(to_json(*outcome));
+  if (!reply) co_return tl::unexpected(reply.error());
+  co_return command_outcome_from_json(*reply);
 }
 
 void LoopbackJsonAgent::on_heartbeat(std::function<void(Heartbeat)> sink) {
   inner_->on_heartbeat([this, sink = std::move(sink)](Heartbeat beat) {
     ++messages_;
-    if (auto copy = heartbeat_from_json(through_text(to_json(beat)))) sink(std::move(*copy));
+    auto text = through_text(to_json(beat));
+    if (!text) return;
+    if (auto copy = heartbeat_from_json(*text)) sink(std::move(*copy));
   });
 }
 

@@ -132,9 +132,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpucloudd: data dir %s: %s\n", cfg->data_dir.c_str(), fs_error.message().c_str());
     return 1;
   }
-  auto store = store::Store::open(cfg->store_path(), cfg->server.worker_threads);
+  // Only SQLite exists so far. An empty path would make SQLite open a private temporary
+  // database, i.e. a daemon that forgets everything: refuse anything we cannot open.
+  const std::string store_path = cfg->store_path();
+  if (store_path.empty()) {
+    const std::string& url = cfg->store_url;
+    const bool postgres = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
+    std::fprintf(stderr, "gpucloudd: configuration: store.url: %s\n",
+                 postgres ? "postgresql is not supported yet; use sqlite://PATH"
+                          : ("\"" + url + "\" is not sqlite://PATH").c_str());
+    return 2;
+  }
+  auto store = store::Store::open(store_path, cfg->server.worker_threads);
   if (!store) {
-    std::fprintf(stderr, "gpucloudd: %s\n", store.error().detail.c_str());
+    std::fprintf(stderr, "gpucloudd: store.url: %s\n", store.error().detail.c_str());
     return 1;
   }
 

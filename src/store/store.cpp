@@ -13,6 +13,8 @@ Store::~Store() {
 }
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path, int readers) {
+  // SQLite takes "" (and ":memory:") as a private throwaway database: never a store.
+  if (path.empty() || path == ":memory:") return fail(ErrorCode::invalid_argument, "store: no database path");
   auto writer = Database::open(path, false);
   if (!writer) return fail(writer.error());
   auto version = apply_migrations(**writer, schema_migrations());

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -98,6 +100,9 @@ std::pair<int, std::string> shell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// The engine's API over its socket (curl): the answer's body.
+std::string gpucloud_docker(const std::string& method, const std::string& path, const std::string& body = "");
+
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream s;
@@ -117,6 +122,12 @@ const std::string kInitPath = GPUCLOUD_SOURCE_DIR "/scripts/instance-init/gpuclo
 // SHA-512 crypt(3) of "pw123".
 const std::string kPasswordHash =
     "$6$Uk5x.GhIiNQsY3Is$geNzFzpgLcJ0lsbKKnbwYFjxQsxEh/0lBVf.t4ij15AF.zQxf6IuWUpPdXKlvg5dB7oJ6JaTmGL8Mm3fMLtVt1";
+
+std::string gpucloud_docker(const std::string& method, const std::string& path, const std::string& body) {
+  std::string cmd = "curl -s --max-time 60 --unix-socket " + kSocket + " -X " + method + " 'http://x/v1.41" + path + "'";
+  if (!body.empty()) cmd += " -H 'Content-Type: application/json' --data-binary @- <<'GPUCLOUD_EOF'\n" + body + "\nGPUCLOUD_EOF";
+  return shell(cmd).second;
+}
 
 DockerEngineDriver::Options driver_options() {
   DockerEngineDriver::Options o;
@@ -250,7 +261,7 @@ class InstanceRuntimeTest : public ::testing::Test {
     runtime_.reset();
     auto driver = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
     runtime_ = std::make_unique<InstanceRuntime>(ioc_.get_executor(), installation_, state_dir_.string(),
-                                                 std::move(driver), kInitPath, table_);
+                                                 std::move(driver), kInitPath, table_, runtime_options_);
     auto started = run(ioc_, runtime_->start());
     ASSERT_TRUE(started) << started.error().detail;
     agent_ = std::make_unique<LocalAgent>(ioc_.get_executor(), one_host_config());
@@ -320,6 +331,7 @@ class InstanceRuntimeTest : public ::testing::Test {
   }
 
   static inline std::string* skip_reason_ = nullptr;
+  InstanceRuntime::Options runtime_options_;
   std::string installation_;
   std::string table_;
   fs::path work_dir_, state_dir_;
@@ -721,3 +733,124 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_ImageInspectPullsOnlyWhatItIsAllowedTo) 
 }
 
 }  // namespace
+
+// The instance's isolation and what an SSH session sees: no raw sockets (ARP spoofing on the
+// shared bridge) while ICMP echo still works; a non-login `ssh host CMD` gets the image's
+// environment (its PATH: a conda image's python) and the instance's NVIDIA_VISIBLE_DEVICES;
+// the agent's state files are written off the event loop.
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_NoRawSocketsAndSessionsSeeTheImageEnvironment) {
+  if (shell("command -v ssh >/dev/null 2>&1").first != 0) GTEST_SKIP() << "no ssh client installed";
+  // Which threads write the state directory (the loop is this one: run() turns ioc_ here).
+  auto writers = std::make_shared<std::vector<std::thread::id>>();
+  auto writers_mutex = std::make_shared<std::mutex>();
+  runtime_options_.state_write_observer = [writers, writers_mutex](const std::string&) {
+    std::lock_guard lock(*writers_mutex);
+    writers->push_back(std::this_thread::get_id());
+  };
+  boot();
+
+  // A "conda" image: the base image with /opt/conda/bin first in its PATH and a python there.
+  const std::string image = "gpucloud-rt-test/" + installation_ + ":conda";
+  const std::string kPath = "/opt/conda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  {
+    const auto made = json::parse(gpucloud_docker("POST", "/containers/create",
+                                                  json::serialize(json::object{{"Image", test_image()},
+                                                                               {"Cmd", json::array{"true"}}})));
+    const std::string builder(made.at("Id").as_string());
+    const auto tree = work_dir_ / "conda-tree";
+    fs::create_directories(tree / "opt/conda/bin");
+    std::ofstream(tree / "opt/conda/bin/python") << "#!/bin/sh\necho conda-python \"$@\"\n";
+    fs::permissions(tree / "opt/conda/bin/python", fs::perms(0755));
+    auto [tar_rc, tar_out] = shell("tar -C " + tree.string() + " -cf " + (work_dir_ / "conda.tar").string() + " opt 2>&1");
+    ASSERT_EQ(tar_rc, 0) << tar_out;
+    auto [put_rc, put_out] = shell("curl -sf --unix-socket " + kSocket + " -X PUT -H 'Content-Type: application/x-tar' --data-binary @" +
+                                   (work_dir_ / "conda.tar").string() + " 'http://x/v1.41/containers/" + builder +
+                                   "/archive?path=/' 2>&1");
+    ASSERT_EQ(put_rc, 0) << put_out;
+    const json::object config{{"Env", json::array{"PATH=" + kPath, "CONDA_DEFAULT_ENV=base", "HF_TOKEN=hf-secret-1"}},
+                              {"Cmd", json::array{"/bin/bash"}}};
+    const auto committed = gpucloud_docker("POST", "/commit?container=" + builder + "&repo=gpucloud-rt-test%2F" +
+                                                       installation_ + "&tag=conda",
+                                           json::serialize(config));
+    (void)gpucloud_docker("DELETE", "/containers/" + builder + "?force=1");
+    ASSERT_NE(committed.find("\"Id\""), std::string::npos) << committed;
+  }
+  struct RemoveImage {
+    std::string ref;
+    ~RemoveImage() { (void)gpucloud_docker("DELETE", "/images/gpucloud-rt-test%2F" + ref + "?force=1"); }
+  } remove_image{installation_ + ":conda"};
+
+  const int port = random_port();
+  auto want = desired("e1", "running", port);
+  want["image"] = image;
+  const auto first = must("instance.ensure", want);
+  ASSERT_TRUE(first.at("running").as_bool()) << json::serialize(first);
+  const std::string container = str(first, "container_id");
+
+  // The host key was made by the agent, before the boot, into the config directory: the
+  // init used it and generated none on the system disk.
+  const auto config_dir = state_dir_ / "instances" / "e1" / "config";
+  std::istringstream pub(read_file(config_dir / "ssh_host_ed25519_key.pub"));
+  std::string key_type, key_blob;
+  pub >> key_type >> key_blob;
+  EXPECT_EQ(key_type + " " + key_blob, str(first, "host_key"));
+  struct stat key_stat {};
+  ASSERT_EQ(::stat((config_dir / "ssh_host_ed25519_key").c_str(), &key_stat), 0);
+  EXPECT_EQ(key_stat.st_mode & 0777, 0600u);
+  EXPECT_NE(exec("e1", {"test", "-e", "/etc/ssh/ssh_host_ed25519_key"}).at("exit_code").as_int64(), 0);
+
+  // The engine has the capabilities dropped and ICMP datagram sockets open to every group.
+  const auto inspected = json::parse(gpucloud_docker("GET", "/containers/" + container + "/json"));
+  const auto& host_config = inspected.at("HostConfig").as_object();
+  std::vector<std::string> dropped;
+  for (const auto& c : host_config.at("CapDrop").as_array()) dropped.emplace_back(c.as_string());
+  EXPECT_NE(std::find(dropped.begin(), dropped.end(), "NET_RAW"), dropped.end()) << json::serialize(host_config);
+  EXPECT_EQ(host_config.at("Sysctls").at("net.ipv4.ping_group_range"), "0 2147483647");
+
+  // Raw and packet sockets are refused inside.
+  for (const char* family : {"socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP", "socket.AF_PACKET, socket.SOCK_RAW, 0"}) {
+    const auto raw = exec("e1", {"python3", "-c", std::string("import socket; socket.socket(") + family + ")"});
+    EXPECT_NE(raw.at("exit_code").as_int64(), 0) << family;
+    EXPECT_NE(str(raw, "stderr").find("PermissionError"), std::string::npos) << family << ": " << str(raw, "stderr");
+  }
+  // Echo to the bridge's gateway still works: ping where the image has it, else an ICMP
+  // datagram socket (what ping itself uses without NET_RAW).
+  const std::string subnet = runtime_->subnet();
+  const std::string gateway = subnet.substr(0, subnet.size() - 4) + "1";
+  const std::string echo =
+      "if command -v ping >/dev/null; then ping -c1 -W3 " + gateway + " >/dev/null && echo pong; else python3 -c '"
+      "import socket\n"
+      "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)\n"
+      "s.settimeout(3)\n"
+      "s.sendto(bytes([8, 0, 0, 0, 0, 0, 0, 1]) + b\"gpucloud\", (\"" + gateway + "\", 0))\n"
+      "data, _ = s.recvfrom(1024)\n"
+      "print(\"pong\" if data[0] == 0 else \"type %d\" % data[0])'; fi";
+  const auto pong = exec("e1", {"sh", "-c", echo});
+  EXPECT_EQ(str(pong, "stdout"), "pong\n") << str(pong, "stderr");
+
+  // A non-login session: the image's PATH (its python) and the instance's GPUs; nothing
+  // that looks secret.
+  const auto known_hosts = work_dir_ / "known_hosts-e1";
+  std::ofstream(known_hosts) << "gpucloud-e1 " << str(first, "host_key") << "\n";  // pinned
+  const std::string ssh = "ssh -p " + std::to_string(port) +
+                          " -o BatchMode=yes -o ConnectTimeout=3 -o StrictHostKeyChecking=yes"
+                          " -o HostKeyAlias=gpucloud-e1"
+                          " -o IdentitiesOnly=yes -o LogLevel=ERROR -o UserKnownHostsFile=" + known_hosts.string() +
+                          " -i " + client_key() +
+                          " root@127.0.0.1 'echo $NVIDIA_VISIBLE_DEVICES; echo $PATH; echo ${HF_TOKEN:-no-token}; python train.py' 2>&1";
+  int rc = -1;
+  std::string out;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < 15s) {
+    std::tie(rc, out) = shell(ssh);
+    if (rc == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "void\n" + kPath + "\nno-token\nconda-python train.py\n");
+
+  // The state directory was written (records, config), never from the loop's thread.
+  std::lock_guard lock(*writers_mutex);
+  EXPECT_FALSE(writers->empty());
+  for (const auto& id : *writers) EXPECT_NE(id, std::this_thread::get_id());
+}

@@ -487,10 +487,16 @@ TEST_F(InstancesTest, DOCKER_ROOT_CliSshPinsTheHostKeyAndFailsLoudlyOnAMismatch)
   auto config = run_cli({"ssh-config", "cli-vm"}, env);
   EXPECT_NE(config.out.find("StrictHostKeyChecking yes"), std::string::npos) << config.out;
   EXPECT_EQ(config.out.find("StrictHostKeyChecking no"), std::string::npos);
-  // Give the running sshd a new host key behind the platform's back (sshd reloads on SIGHUP,
-  // which docker-init forwards): the key the platform pinned no longer matches.
+  // Give the running sshd a new host key behind the platform's back (the agent keeps it in
+  // the instance's config directory; sshd reloads on SIGHUP, which docker-init forwards):
+  // the key the platform pinned no longer matches.
   auto instance = daemon_->get("/api/v1/instances/cli-vm", user_).json();
-  ssh_run(instance, key_, "rm -f /etc/ssh/ssh_host_ed25519_key*; ssh-keygen -q -t ed25519 -N \"\" -f /etc/ssh/ssh_host_ed25519_key && kill -HUP 1");
+  const std::string host_key = daemon_->data_dir() + "/agent/instances/" +
+                               std::string(instance.at("id").as_string()) + "/config/ssh_host_ed25519_key";
+  ASSERT_EQ(shell("rm -f " + host_key + " " + host_key + ".pub && ssh-keygen -q -t ed25519 -N '' -f " + host_key +
+                  " >/dev/null && echo made"),
+            "made\n");
+  ssh_run(instance, key_, "kill -HUP 1");
   std::this_thread::sleep_for(std::chrono::seconds(2));
   auto refused = run_cli({"ssh", "cli-vm", "--identity", key_.private_key, "--", "true"}, env);
   EXPECT_EQ(refused.exit_code, 255) << refused.out << refused.err;

@@ -365,6 +365,16 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
         {"DeviceIDs", string_array(spec.gpu_uuids)},
         {"Capabilities", json::array{json::array{"gpu", "compute", "utility"}}}}};
   }
+  // Of the engine's default capabilities, an instance keeps what sshd and a root user's apt
+  // need: SETUID/SETGID/SYS_CHROOT/AUDIT_WRITE/KILL (sshd's privilege separation, sessions,
+  // PAM records), CHOWN/DAC_OVERRIDE/FOWNER/FSETID/SETFCAP (dpkg unpacking, file
+  // capabilities of packages), NET_BIND_SERVICE (sshd on 22, a user's server on 80 where the
+  // engine leaves ip_unprivileged_port_start alone). It drops NET_RAW (raw and packet
+  // sockets: ARP spoofing of its neighbours on the shared bridge), MKNOD (device nodes) and
+  // SETPCAP. ping keeps working through ICMP datagram sockets, which ping_group_range opens
+  // to every group (Docker 20.10 sets it too; other engines may not).
+  host["CapDrop"] = json::array(kDroppedCapabilities.begin(), kDroppedCapabilities.end());
+  host["Sysctls"] = json::object{{"net.ipv4.ping_group_range", "0 2147483647"}};
   // Deliberately absent: CapAdd, Devices, SecurityOpt (the default seccomp profile stays),
   // PidMode/IpcMode/NetworkMode "host", PortBindings (gpucloud publishes with nftables).
 
@@ -503,8 +513,9 @@ awaitable<Status> DockerEngineDriver::remove_network(std::string name) {
 }
 
 awaitable<Result<bool>> DockerEngineDriver::image_present(std::string ref) {
-  // Image references keep their '/' and ':' in the path; the engine parses them there.
-  std::string target = "/images/" + ref + "/json";
+  // The reference is one path segment, encoded whole ('/' too: the engine decodes it), so a
+  // '?', '#' or "../" in it can never reach another endpoint or add query parameters.
+  std::string target = "/images/" + url_encode(ref) + "/json";
   auto res = co_await engine_.request(Method::get, std::move(target));
   if (!res) co_return fail(std::move(res.error()));
   if (res->status == 200) co_return true;
@@ -513,7 +524,7 @@ awaitable<Result<bool>> DockerEngineDriver::image_present(std::string ref) {
 }
 
 awaitable<Result<std::optional<ImageInfo>>> DockerEngineDriver::image_inspect(std::string ref) {
-  std::string target = "/images/" + ref + "/json";
+  std::string target = "/images/" + url_encode(ref) + "/json";
   auto res = co_await engine_.request(Method::get, std::move(target));
   if (!res) co_return fail(std::move(res.error()));
   if (res->status == 404) co_return std::optional<ImageInfo>{};
@@ -926,7 +937,7 @@ awaitable<Result<double>> DockerEngineDriver::update(std::string id, double cpus
 }
 
 awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {
-  std::string target = "/images/" + ref;
+  std::string target = "/images/" + url_encode(ref);
   co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404);
 }
 

@@ -1,13 +1,16 @@
 #pragma once
 // RuntimeDriver over the Docker Engine API (engine_client.h). Instances are long-lived
-// containers with the isolation the spec asks for: never privileged, no added capabilities,
+// containers with the isolation the spec asks for: never privileged, no added capabilities
+// and NET_RAW, MKNOD, SETPCAP dropped,
 // the engine's default seccomp profile, its own init (Init=true) running gpucloud's init
 // script, CPU/memory/PID limits with no swap, /dev/shm sized to half the memory, no restart
 // policy, a fixed address on the gpucloud bridge network (inter-container traffic off),
 // NVIDIA_VISIBLE_DEVICES always set, GPUs only by device request.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/json/object.hpp>
@@ -17,6 +20,9 @@
 #include "agent/runtime/runtime_driver.h"
 
 namespace gpucloud::agent {
+
+// The engine's default capabilities an instance does not keep (see plan_create for why).
+inline constexpr std::array<std::string_view, 3> kDroppedCapabilities = {"NET_RAW", "MKNOD", "SETPCAP"};
 
 class DockerEngineDriver final : public RuntimeDriver {
  public:

@@ -1,37 +1,137 @@
+// DockerEngineDriver without an engine: the create plan (pure) and the request paths it
+// sends, against a fake engine on a unix socket that records each request line.
 #include "agent/runtime/docker_engine_driver.h"
 
-#include <boost/json.hpp>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/json.hpp>
 
 namespace gpucloud::agent {
 namespace {
-namespace json = boost::json;
 
-TEST(FlattenImport, ChangesCarryTheParentImagesConfig) {
-  json::object config = json::parse(R"({
-    "Env": ["PATH=/usr/local/bin:/usr/bin", "GREETING=hello \"world\" $HOME", "EMPTY="],
-    "Cmd": ["/bin/bash", "-l"],
-    "Entrypoint": [],
-    "WorkingDir": "/root",
-    "User": "",
-    "Labels": {"gpucloud.instance": "i-abc", "note": "two words"},
-    "Hostname": ""
-  })").as_object();
-  auto changes = DockerEngineDriver::import_changes(config);
-  EXPECT_EQ(changes, (std::vector<std::string>{
-                         R"(ENV PATH="/usr/local/bin:/usr/bin")",
-                         R"(ENV GREETING="hello \"world\" \$HOME")",
-                         R"(ENV EMPTY="")",
-                         R"(CMD ["/bin/bash","-l"])",
-                         R"(ENTRYPOINT [])",
-                         R"(WORKDIR /root)",
-                         R"(LABEL "gpucloud.instance"="i-abc")",
-                         R"(LABEL "note"="two words")",
-                     }));
+namespace net = boost::asio;
+namespace json = boost::json;
+using local = net::local::stream_protocol;
+
+// Accepts connections on a unix socket and answers each request 404 (no body), keeping the
+// request lines. Blocking, on its own thread: the driver under test runs on its own loop.
+class FakeEngine {
+ public:
+  FakeEngine()
+      : path_((std::filesystem::temp_directory_path() /
+               ("gpucloud-fake-engine-" + std::to_string(::getpid()) + "-" +
+                std::to_string(reinterpret_cast<std::uintptr_t>(this)) + ".sock"))
+                  .string()) {
+    std::filesystem::remove(path_);
+    acceptor_.open();
+    acceptor_.bind(local::endpoint(path_));
+    acceptor_.listen();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeEngine() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    // Wake a blocked accept.
+    local::socket poke(io_);
+    poke.connect(local::endpoint(path_), ignored);
+    thread_.join();
+    std::filesystem::remove(path_);
+  }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> lines() {
+    std::lock_guard lock(mutex_);
+    return lines_;
+  }
+
+ private:
+  void serve() {
+    for (;;) {
+      boost::system::error_code ec;
+      local::socket s(io_);
+      acceptor_.accept(s, ec);
+      if (ec || !acceptor_.is_open()) return;
+      std::string head;
+      net::read_until(s, net::dynamic_buffer(head), "\r\n\r\n", ec);
+      if (ec) continue;
+      {
+        std::lock_guard lock(mutex_);
+        lines_.push_back(head.substr(0, head.find("\r\n")));
+      }
+      const std::string answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      net::write(s, net::buffer(answer), ec);
+    }
+  }
+
+  std::string path_;
+  net::io_context io_;
+  local::acceptor acceptor_{io_};
+  std::thread thread_;
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+template <class T>
+T run(net::io_context& io, net::awaitable<T> work) {
+  std::optional<T> out;
+  net::co_spawn(io, std::move(work), [&](std::exception_ptr e, T v) {
+    if (e) std::rethrow_exception(e);
+    out.emplace(std::move(v));
+  });
+  io.run();
+  io.restart();
+  return std::move(*out);
 }
 
-TEST(FlattenImport, AnEmptyConfigNeedsNoChanges) {
-  EXPECT_TRUE(DockerEngineDriver::import_changes(json::object{}).empty());
+TEST(DockerEngineDriverPaths, ImageReferencesAreOnePercentEncodedSegment) {
+  FakeEngine engine;
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.engine.socket_path = engine.path();
+  DockerEngineDriver driver(io.get_executor(), options);
+
+  const std::string hostile = "evil/../../containers/abc?force=1#x y";
+  auto present = run(io, driver.image_present(hostile));
+  ASSERT_TRUE(present) << present.error().detail;
+  EXPECT_FALSE(*present);
+  auto inspected = run(io, driver.image_inspect(hostile));
+  ASSERT_TRUE(inspected) << inspected.error().detail;
+  auto removed = run(io, driver.remove_image(hostile));
+  EXPECT_TRUE(removed) << "404 reads as already gone";
+  auto ordinary = run(io, driver.image_present(std::string("gpucloud/base:bookworm-1")));
+  ASSERT_TRUE(ordinary);
+
+  const std::string encoded = "evil%2F..%2F..%2Fcontainers%2Fabc%3Fforce%3D1%23x%20y";
+  EXPECT_THAT(engine.lines(),
+              ::testing::ElementsAre("GET /v1.41/images/" + encoded + "/json HTTP/1.1",
+                                     "GET /v1.41/images/" + encoded + "/json HTTP/1.1",
+                                     "DELETE /v1.41/images/" + encoded + " HTTP/1.1",
+                                     "GET /v1.41/images/gpucloud%2Fbase%3Abookworm-1/json HTTP/1.1"));
+}
+
+TEST(DockerEngineDriverPlan, DropsRawSocketsButKeepsWhatSshdAndAptNeed) {
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.init_path = "/opt/gpucloud/init.sh";
+  DockerEngineDriver driver(io.get_executor(), options);
+  ContainerSpec spec;
+  spec.name = "gpucloud-x-i1";
+  spec.image = "gpucloud/base:bookworm-1";
+  spec.cpus = 1;
+  auto plan = driver.plan_create(spec);
+  ASSERT_TRUE(plan) << plan.error().detail;
+  const auto& host = plan->body.at("HostConfig").as_object();
+  std::vector<std::string> dropped;
+  for (const auto& c : host.at("CapDrop").as_array()) dropped.emplace_back(c.as_string());
+  EXPECT_THAT(dropped, ::testing::UnorderedElementsAre("NET_RAW", "MKNOD", "SETPCAP"));
+  EXPECT_FALSE(host.contains("CapAdd"));
+  EXPECT_EQ(host.at("Sysctls").at("net.ipv4.ping_group_range"), "0 2147483647");
+  EXPECT_EQ(host.at("Privileged"), false);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "server/app.h"
 #include "server/openapi.h"
 
+#include <boost/json.hpp>
+
 namespace gpucloud::server {
 namespace asio = boost::asio;
 namespace json = boost::json;
