@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -122,6 +123,34 @@ TEST_F(AuthSecurityTest, ParallelWrongPasswordsGetAtMostFiveAnswers401) {
   EXPECT_EQ(unauthorized + limited, 20);
   // The right password is now refused too, until the window passes.
   EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", "victim"}, {"password", "password-123"}}).status, 429);
+}
+
+// More logins at once than the password pool queues (64): the rest are told to come back.
+TEST_F(AuthSecurityTest, AFloodOfLoginsPastThePasswordQueueIsUnavailableWithRetryAfter) {
+  constexpr int kLogins = 160;
+  std::vector<HttpResult> answers(kLogins);
+  std::vector<std::thread> logins;
+  for (int i = 0; i < kLogins; ++i)
+    logins.emplace_back([&, i] {
+      answers[i] = http_request(daemon_.port(), "POST", "/api/v1/auth/login",
+                                R"({"username":"flood)" + std::to_string(i) + R"(","password":"password-123"})",
+                                {{"Content-Type", "application/json"}});
+    });
+  for (auto& t : logins) t.join();
+  int unavailable = 0, unauthorized = 0;
+  for (auto& a : answers) {
+    if (a.status == 401) ++unauthorized;
+    if (a.status == 503) {
+      ++unavailable;
+      EXPECT_EQ(a.code(), "unavailable");
+      EXPECT_EQ(a.headers["retry-after"], "1");
+    }
+  }
+  std::cerr << "password queue flood: " << unavailable << " of " << kLogins << " answered 503\n";
+  EXPECT_GE(unavailable, 1) << "the queue is unbounded";
+  EXPECT_EQ(unavailable + unauthorized, kLogins);
+  EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", "flood0"}, {"password", "password-123"}}).status, 401)
+      << "a 503 did not count as a failed login";
 }
 
 TEST_F(AuthSecurityTest, OverlongUsernameOrPasswordIsRefusedBeforeAnyCheck) {
@@ -255,6 +284,7 @@ TEST_F(AuthSecurityTest, EventStreamsOfARevokedTokenOrADisabledUserCloseWithinTw
   auto revoked_at = Clock::now();
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/tokens/" + std::string(api.json().at("id").as_string()), "", session).status, 204);
   double after_revoke = by_api.ended_within(revoked_at, std::chrono::seconds(5));
+  std::cerr << "event stream closed " << after_revoke << " s after its token was revoked\n";
   EXPECT_GE(after_revoke, 0) << "the stream of a revoked token is still open";
   EXPECT_LT(after_revoke, 2.0);
 
@@ -334,6 +364,7 @@ price_per_hour = 10
   auto revoked_at = Clock::now();
   ASSERT_EQ(daemon.request("DELETE", "/api/v1/tokens/term", "", session).status, 204);
   double after_revoke = ends_within(by_token, revoked_at, std::chrono::seconds(5));
+  std::cerr << "terminal closed " << after_revoke << " s after its token was revoked\n";
   EXPECT_GE(after_revoke, 0) << "the terminal of a revoked token is still open";
   EXPECT_LT(after_revoke, 2.0);
   auto disabled_at = Clock::now();
