@@ -24,7 +24,8 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
       config_(std::move(config)),
       store_(std::move(store)),
       clock_(std::move(clock)),
-      login_throttle_(config_.server.login_failures_allowed, config_.server.login_window) {
+      login_throttle_(config_.server.login_failures_allowed, config_.server.login_window),
+      body_hash_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "idempotency.key").string())) {
   // A commit that recorded an event wakes the streams now (the 200 ms poll remains for
   // events written by another process sharing the store).
   store_->on_event_commit([this] { asio::post(loop_, [this] { wake_event_streams(); }); });
@@ -226,12 +227,12 @@ Result<Response> App::replay_or_refuse(const store::Claim& claim) {
   return fail(ErrorCode::internal, "idempotency claim without outcome");
 }
 
-Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std::string key) {
+Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std::string key) const {
   if (!store::is_valid_idempotency_key(key))
     return fail(ErrorCode::invalid_argument, "Idempotency-Key: must be 1-255 printable ASCII characters");
   std::string user = ctx.principal ? ctx.principal->user.id : "";
   return store::IdempotencyScope{user, ctx.request.method, ctx.request.path, std::move(key),
-                                 auth::token_hash(ctx.request.body)};
+                                 auth::keyed_hash(body_hash_key_, ctx.request.body)};
 }
 
 Status App::bootstrap_admin() {

@@ -114,7 +114,7 @@ class App {
 
  private:
   static Result<Response> replay_or_refuse(const store::Claim& claim);
-  static Result<store::IdempotencyScope> idempotency_scope(RequestContext& ctx, std::string key);
+  Result<store::IdempotencyScope> idempotency_scope(RequestContext& ctx, std::string key) const;
 
   boost::asio::any_io_executor loop_;
   config::Config config_;
@@ -126,6 +126,7 @@ class App {
   AuthCache auth_cache_;  // loop only
   PasswordPool password_pool_{2};
   std::set<std::string> idempotency_held_;  // scopes of requests under way (loop only)
+  std::string body_hash_key_;               // DATA_DIR/idempotency.key: bodies may hold passwords
   friend struct IdempotencyHold;
   std::int64_t latest_event_seq_ = 0;
   std::set<boost::asio::steady_timer*> event_waiters_;
