@@ -1,7 +1,10 @@
 #include "auth/credentials.h"
 
 #include <array>
+#include <fcntl.h>
 #include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace gpucloud::auth {
 namespace {
@@ -36,6 +39,35 @@ std::string token_hash(std::string_view token) {
   std::array<char, crypto_hash_sha256_BYTES * 2 + 1> hex{};
   sodium_bin2hex(hex.data(), hex.size(), digest.data(), digest.size());
   return std::string(hex.data());
+}
+
+std::string keyed_hash(std::string_view key, std::string_view data) {
+  std::array<unsigned char, crypto_auth_hmacsha256_BYTES> mac{};
+  crypto_auth_hmacsha256_state state;
+  crypto_auth_hmacsha256_init(&state, reinterpret_cast<const unsigned char*>(key.data()), key.size());
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+  crypto_auth_hmacsha256_final(&state, mac.data());
+  std::array<char, crypto_auth_hmacsha256_BYTES * 2 + 1> hex{};
+  sodium_bin2hex(hex.data(), hex.size(), mac.data(), mac.size());
+  return std::string(hex.data());
+}
+
+std::string load_or_create_key(const std::string& path) {
+  std::string key(32, '\0');
+  if (int fd = ::open(path.c_str(), O_RDONLY); fd >= 0) {
+    bool whole = ::read(fd, key.data(), key.size()) == static_cast<ssize_t>(key.size());
+    ::close(fd);
+    if (whole) return key;
+  }
+  randombytes_buf(key.data(), key.size());
+  // Created 0600 from the start; O_EXCL so two starts never overwrite each other's key.
+  if (int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600); fd >= 0) {
+    bool written = ::write(fd, key.data(), key.size()) == static_cast<ssize_t>(key.size());
+    ::fsync(fd);
+    ::close(fd);
+    if (!written) ::unlink(path.c_str());
+  }
+  return key;
 }
 
 Status check_password_strength(std::string_view password) {

@@ -25,7 +25,8 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
       config_(std::move(config)),
       store_(std::move(store)),
       clock_(std::move(clock)),
-      login_throttle_(config_.server.login_failures_allowed, config_.server.login_window) {
+      login_throttle_(config_.server.login_failures_allowed, config_.server.login_window),
+      body_hash_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "idempotency.key").string())) {
   // A commit that recorded an event wakes the streams now (the 200 ms poll remains for
   // events written by another process sharing the store).
   store_->on_event_commit([this] { asio::post(loop_, [this] { wake_event_streams(); }); });
@@ -60,7 +61,14 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
 
 asio::awaitable<void> App::poll_event_seq() {
   asio::steady_timer tick(loop_);
+  auto last_purge = std::chrono::steady_clock::time_point{};
   while (!shutting_down_) {
+    // Expired Idempotency-Keys go (claims purge too); their answers are kept no longer than 24 h.
+    if (std::chrono::steady_clock::now() - last_purge > std::chrono::hours(1)) {
+      auto purge = [](store::Database& db) { return store::purge_idempotency_keys(db, system_now()); };
+      (void)co_await store_->write(std::move(purge));
+      last_purge = std::chrono::steady_clock::now();
+    }
     auto read = [](store::Database& db) { return events::latest_seq(db); };
     if (auto seq = co_await store_->read(std::move(read)); seq) latest_event_seq_ = *seq;
     tick.expires_after(std::chrono::milliseconds(200));
@@ -75,23 +83,21 @@ void App::wake_event_streams() {
   for (auto* timer : event_waiters_) timer->cancel();
 }
 
-asio::awaitable<Result<auth::Principal>> App::authenticate(const Request& request) {
+std::string App::bearer_token(const Request& request) {
   std::string_view header = request.header("authorization");
   constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer)
-    co_return fail(ErrorCode::unauthorized, "missing bearer token (Authorization: Bearer TOKEN)");
-  std::string token(header.substr(kBearer.size()));
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return "";
+  return std::string(header.substr(kBearer.size()));
+}
+
+asio::awaitable<Result<auth::Principal>> App::authenticate_token(std::string token) {
+  if (token.empty()) co_return fail(ErrorCode::unauthorized, "missing bearer token (Authorization: Bearer TOKEN)");
   std::string hash = auth::token_hash(token);
   auto now = system_now();
   // Tokens are looked up once and then served from memory: every change that could revoke
-  // one clears the cache first. The age limit bounds staleness from changes made elsewhere.
-  constexpr auto kMaxAge = std::chrono::seconds(60);
-  if (auto it = auth_cache_.find(hash); it != auth_cache_.end()) {
-    if ((!it->second.expires_at || *it->second.expires_at > now) &&
-        std::chrono::steady_clock::now() - it->second.cached_at < kMaxAge)
-      co_return it->second.principal;
-    auth_cache_.erase(it);
-  }
+  // one invalidates the cache first, and a lookup that began before that is not cached.
+  if (auto cached = auth_cache_.find(hash, now, std::chrono::steady_clock::now())) co_return *cached;
+  auto generation = auth_cache_.generation();
   auto lookup = [token, now](store::Database& db) -> Result<std::pair<auth::Principal, std::optional<SysTime>>> {
     auto principal = auth::authenticate(db, token, now);
     if (!principal) return tl::unexpected(principal.error());
@@ -102,9 +108,37 @@ asio::awaitable<Result<auth::Principal>> App::authenticate(const Request& reques
   };
   auto found = co_await store_->read(std::move(lookup));
   if (!found) co_return tl::unexpected(found.error());
-  if (auth_cache_.size() > 100000) auth_cache_.clear();  // bounded
-  auth_cache_[hash] = CachedPrincipal{found->first, found->second, std::chrono::steady_clock::now()};
+  auth_cache_.insert(hash, found->first, found->second, generation, std::chrono::steady_clock::now());
   co_return found->first;
+}
+
+asio::awaitable<bool> AccessWatch::still_valid() {
+  auto now = std::chrono::steady_clock::now();
+  if (app_.auth_generation() == generation_ && now - checked_at_ < std::chrono::seconds(30)) co_return true;
+  generation_ = app_.auth_generation();
+  checked_at_ = now;
+  auto current = co_await app_.authenticate_token(token_);
+  co_return current && current->user.id == principal_.user.id && current->user.role == principal_.user.role;
+}
+
+struct IdempotencyHold {
+  IdempotencyHold(App& app, std::string scope) : app(app), scope(std::move(scope)) {}
+  ~IdempotencyHold() { app.idempotency_held_.erase(scope); }
+  IdempotencyHold(const IdempotencyHold&) = delete;
+  IdempotencyHold& operator=(const IdempotencyHold&) = delete;
+  App& app;
+  std::string scope;
+};
+
+Status App::hold_idempotency_key(RequestContext& ctx) {
+  std::string key(ctx.request.header("idempotency-key"));
+  if (key.empty() || ctx.idempotency_hold) return ok();
+  std::string user = ctx.principal ? ctx.principal->user.id : "";
+  std::string scope = user + '\n' + ctx.request.method + '\n' + ctx.request.path + '\n' + key;
+  if (!idempotency_held_.insert(scope).second)
+    return fail(ErrorCode::conflict, "a request with this Idempotency-Key is still in progress");
+  ctx.idempotency_hold = std::make_shared<IdempotencyHold>(*this, std::move(scope));
+  return ok();
 }
 
 asio::awaitable<Response> App::handle(Request& request) {
@@ -128,10 +162,10 @@ asio::awaitable<Response> App::handle(Request& request) {
     } else {
       const Route& route = *match.route;
       route_name = route.pattern;
-      RequestContext ctx{*this, request, std::nullopt};
+      RequestContext ctx{*this, request, std::nullopt, nullptr};
       bool refused = false;
       if (route.access != Access::public_route) {
-        auto principal = co_await authenticate(request);
+        auto principal = co_await authenticate_token(bearer_token(request));
         if (!principal) {
           result = tl::unexpected(principal.error());
           refused = true;
@@ -188,12 +222,12 @@ Result<Response> App::replay_or_refuse(const store::Claim& claim) {
   return fail(ErrorCode::internal, "idempotency claim without outcome");
 }
 
-Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std::string key) {
+Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std::string key) const {
   if (!store::is_valid_idempotency_key(key))
     return fail(ErrorCode::invalid_argument, "Idempotency-Key: must be 1-255 printable ASCII characters");
   std::string user = ctx.principal ? ctx.principal->user.id : "";
   return store::IdempotencyScope{user, ctx.request.method, ctx.request.path, std::move(key),
-                                 auth::token_hash(ctx.request.body)};
+                                 auth::keyed_hash(body_hash_key_, ctx.request.body)};
 }
 
 Status App::bootstrap_admin() {

@@ -12,15 +12,18 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/json.hpp>
 
 #include "auth/accounts.h"
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
 #include "instances/lifecycle.h"
+#include "server/auth_cache.h"
 #include "server/host_registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
+#include "server/password_pool.h"
 #include "server/router.h"
 #include "store/idempotency.h"
 #include "store/store.h"
@@ -29,10 +32,14 @@ namespace gpucloud::server {
 
 class App;
 
+// While a request holds its Idempotency-Key, another request with that key is `conflict`.
+struct IdempotencyHold;
+
 struct RequestContext {
   App& app;
   Request& request;
   std::optional<auth::Principal> principal;  // set on every route that is not public
+  std::shared_ptr<IdempotencyHold> idempotency_hold;
 
   const auth::Principal& caller() const { return *principal; }
   const std::string& param(const std::string& name) const { return request.params.at(name); }
@@ -56,10 +63,20 @@ class App {
   auth::LoginThrottle& login_throttle() { return login_throttle_; }
   // Argon2id and crypt(3) run here, apart from the store's readers, so a burst of logins
   // never delays token lookups.
-  boost::asio::thread_pool& password_pool() { return password_pool_; }
-  // Forgets every cached token; called by whatever revokes tokens or disables users, before
-  // it answers, so the change holds from the very next request.
-  void invalidate_auth_cache() { auth_cache_.clear(); }
+  // run() is bounded: past 64 queued or running jobs it answers `unavailable`.
+  PasswordPool& password_pool() { return password_pool_; }
+  // Forgets every cached token and outdates lookups under way; called by whatever revokes
+  // tokens, disables users or changes roles, before it answers, so the change holds from the
+  // very next request. Open streams and terminals re-check their token when it moves.
+  void invalidate_auth_cache() {
+    auth_cache_.invalidate();
+    wake_event_streams();  // parked streams and terminals re-check their token now
+  }
+  std::uint64_t auth_generation() const { return auth_cache_.generation(); }
+  // The principal for a bearer token (cached on the loop), or unauthorized.
+  boost::asio::awaitable<Result<auth::Principal>> authenticate_token(std::string token);
+  // The bearer token of a request, "" when it has none.
+  static std::string bearer_token(const Request& request);
   // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
   std::int64_t latest_event_seq() const { return latest_event_seq_; }
   // Event streams park their timer here while they wait; a local commit that recorded an
@@ -78,17 +95,26 @@ class App {
   boost::asio::awaitable<Status> start_agent(std::unique_ptr<agent::HostAgent> agent);
 
   // Runs `effect(Database&) -> Result<Response>` in one write transaction, honouring the
-  // request's Idempotency-Key: the answer is stored in that same transaction.
-  template <class Effect>
-  boost::asio::awaitable<Result<Response>> run_idempotent(RequestContext& ctx, Effect effect);
+  // request's Idempotency-Key: the answer is stored in that same transaction. What is stored
+  // (and replayed) is `stored_body(response)`: an answer that carries a secret stores it
+  // without (the database and its backups hold no working token).
+  struct KeepBody {
+    std::string operator()(const Response& r) const { return r.body; }
+  };
+  template <class Effect, class StoredBody = KeepBody>
+  boost::asio::awaitable<Result<Response>> run_idempotent(RequestContext& ctx, Effect effect,
+                                                          StoredBody stored_body = {});
+  // Holds the request's Idempotency-Key (if any) in this process until the request ends, so
+  // a repeat that arrives meanwhile is `conflict`; call before slow work done ahead of
+  // run_idempotent (password hashing). run_idempotent calls it too.
+  Status hold_idempotency_key(RequestContext& ctx);
 
   // Creates the admin user on first start (GPUCLOUD_ADMIN_PASSWORD or DATA_DIR/admin-password).
   Status bootstrap_admin();
 
  private:
-  boost::asio::awaitable<Result<auth::Principal>> authenticate(const Request& request);
   static Result<Response> replay_or_refuse(const store::Claim& claim);
-  static Result<store::IdempotencyScope> idempotency_scope(RequestContext& ctx, std::string key);
+  Result<store::IdempotencyScope> idempotency_scope(RequestContext& ctx, std::string key) const;
 
   boost::asio::any_io_executor loop_;
   config::Config config_;
@@ -97,13 +123,11 @@ class App {
   Router router_;
   Metrics metrics_;
   auth::LoginThrottle login_throttle_;
-  struct CachedPrincipal {
-    auth::Principal principal;
-    std::optional<SysTime> expires_at;
-    std::chrono::steady_clock::time_point cached_at;
-  };
-  std::unordered_map<std::string, CachedPrincipal> auth_cache_;  // token hash -> principal (loop only)
-  boost::asio::thread_pool password_pool_{2};
+  AuthCache auth_cache_;  // loop only
+  PasswordPool password_pool_{2};
+  std::set<std::string> idempotency_held_;  // scopes of requests under way (loop only)
+  std::string body_hash_key_;               // DATA_DIR/idempotency.key: bodies may hold passwords
+  friend struct IdempotencyHold;
   std::int64_t latest_event_seq_ = 0;
   std::set<boost::asio::steady_timer*> event_waiters_;
   bool shutting_down_ = false;
@@ -113,28 +137,49 @@ class App {
   std::string installation_id_;
 };
 
-template <class Effect>
-boost::asio::awaitable<Result<Response>> App::run_idempotent(RequestContext& ctx, Effect effect) {
+template <class Effect, class StoredBody>
+boost::asio::awaitable<Result<Response>> App::run_idempotent(RequestContext& ctx, Effect effect, StoredBody stored_body) {
   std::string key(ctx.request.header("idempotency-key"));
   if (key.empty()) {
     auto job = [effect = std::move(effect)](store::Database& db) mutable -> Result<Response> { return effect(db); };
     co_return co_await store_->write(std::move(job));
   }
+  if (auto held = hold_idempotency_key(ctx); !held) co_return tl::unexpected(held.error());
   auto scope = idempotency_scope(ctx, std::move(key));
   if (!scope) co_return tl::unexpected(scope.error());
-  auto job = [scope = std::move(*scope), effect = std::move(effect)](store::Database& db) mutable -> Result<Response> {
+  auto job = [scope = std::move(*scope), effect = std::move(effect),
+              stored_body = std::move(stored_body)](store::Database& db) mutable -> Result<Response> {
     auto now = system_now();
     auto claim = store::claim_idempotency_key(db, scope, now, false);
     if (!claim) return tl::unexpected(claim.error());
     if (claim->outcome != store::ClaimOutcome::proceed) return replay_or_refuse(*claim);
     auto response = effect(db);
     if (!response) return response;
-    if (auto s = store::complete_idempotency_key(db, scope, {response->status, response->body}, now); !s)
+    if (auto s = store::complete_idempotency_key(db, scope, {response->status, stored_body(*response)}, now); !s)
       return tl::unexpected(s.error());
     return response;
   };
   co_return co_await store_->write(std::move(job));
 }
+
+// For a stream or terminal that outlives its request: whether its token still grants what it
+// granted at the start. Re-reads only when the auth generation moved (something was revoked,
+// disabled or demoted) or every 30 s (expiry; changes by another process). Loop only.
+class AccessWatch {
+ public:
+  AccessWatch(App& app, std::string token, auth::Principal principal)
+      : app_(app), token_(std::move(token)), principal_(std::move(principal)), generation_(app.auth_generation()),
+        checked_at_(std::chrono::steady_clock::now()) {}
+  // False once the token is revoked or expired, the user disabled, or their role changed.
+  boost::asio::awaitable<bool> still_valid();
+
+ private:
+  App& app_;
+  std::string token_;
+  auth::Principal principal_;
+  std::uint64_t generation_;
+  std::chrono::steady_clock::time_point checked_at_;
+};
 
 // Handler files register their routes through these.
 void register_system_routes(App& app);

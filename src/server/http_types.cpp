@@ -28,7 +28,7 @@ Response json_response(int status, const boost::json::value& body) {
 
 Response problem_response(const Error& error) {
   Response r{http_status(error.code), api::kProblemContentType, api::problem_body(error), {}};
-  if (error.code == ErrorCode::rate_limited && error.retry_after_seconds > 0)
+  if ((error.code == ErrorCode::rate_limited || error.code == ErrorCode::unavailable) && error.retry_after_seconds > 0)
     r.headers.emplace_back("Retry-After", std::to_string(error.retry_after_seconds));
   return r;
 }

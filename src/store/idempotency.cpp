@@ -10,6 +10,9 @@ bool is_valid_idempotency_key(const std::string& key) {
 }
 
 Result<Claim> claim_idempotency_key(Database& db, const IdempotencyScope& scope, SysTime now, bool mark_in_flight) {
+  // Expired keys go now, whoever used them: their answers are kept no longer than retention
+  // (an index range scan on created_at, empty almost always).
+  if (auto s = purge_idempotency_keys(db, now); !s) return fail(s.error());
   auto cutoff = to_unix_micros(now - kIdempotencyRetention);
   auto row = db.one("SELECT body_hash, state, status, response, created_at FROM idempotency_keys "
                     "WHERE user_id = ? AND method = ? AND path = ? AND key = ?",

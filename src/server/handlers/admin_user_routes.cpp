@@ -44,8 +44,10 @@ asio::awaitable<Result<Response>> create_user(RequestContext& ctx) {
   if (!role) co_return tl::unexpected(role.error());
   auto email = api::optional_string(*body, "email");
   if (!email) co_return tl::unexpected(email.error());
+  // A repeat that arrives while this one hashes is `conflict`, and hashes nothing.
+  if (auto held = ctx.app.hold_idempotency_key(ctx); !held) co_return tl::unexpected(held.error());
   auto hash_job = [password = *password]() { return auth::hash_password(password); };
-  auto hash = co_await offload<Result<std::string>>(ctx.app.password_pool().get_executor(), std::move(hash_job));
+  auto hash = co_await ctx.app.password_pool().run<std::string>(std::move(hash_job));
   if (!hash) co_return tl::unexpected(hash.error());
   auto effect = [username = *username, email = *email, hash = *hash, role = *role,
                  now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {

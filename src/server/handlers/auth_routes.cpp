@@ -13,9 +13,12 @@ namespace json = boost::json;
 
 namespace {
 
+constexpr std::size_t kMaxUsernameBytes = 32;   // api.md: [a-z][a-z0-9_-]{2,31}
+constexpr std::size_t kMaxPasswordBytes = 1024;  // as check_password_strength
+
 asio::awaitable<Result<std::string>> hash_off_loop(App& app, std::string password) {
   auto job = [password = std::move(password)]() { return auth::hash_password(password); };
-  co_return co_await offload<Result<std::string>>(app.password_pool().get_executor(), std::move(job));
+  co_return co_await app.password_pool().run<std::string>(std::move(job));
 }
 
 asio::awaitable<Result<Response>> register_user(RequestContext& ctx) {
@@ -54,12 +57,26 @@ asio::awaitable<Result<Response>> login(RequestContext& ctx) {
   if (!username) co_return tl::unexpected(username.error());
   auto password = api::required_string(*body, "password");
   if (!password) co_return tl::unexpected(password.error());
+  // Bounded before anything is hashed or remembered (no username is longer; Argon2 time
+  // grows with the password).
+  if (username->empty() || username->size() > kMaxUsernameBytes)
+    co_return fail(ErrorCode::invalid_argument, "username: must be 1-32 characters");
+  if (password->size() > kMaxPasswordBytes)
+    co_return fail(ErrorCode::invalid_argument, "password: must be at most 1024 characters");
   const std::string& address = ctx.request.client_address;
   auto& throttle = app.login_throttle();
-  if (auto wait = throttle.retry_after(*username, address, std::chrono::steady_clock::now()); wait > 0) {
+  // The attempt is counted before it is hashed: parallel guesses see each other at once.
+  if (auto wait = throttle.begin_attempt(*username, address, std::chrono::steady_clock::now()); wait > 0) {
     Error e{ErrorCode::rate_limited, "too many failed logins; try again in " + std::to_string(wait) + " s", {}, wait};
     co_return tl::unexpected(e);
   }
+  using Outcome = auth::LoginThrottle::Outcome;
+  struct Attempt {  // ends the reservation on every path; counted as failed unless said otherwise
+    auth::LoginThrottle& throttle;
+    std::string username, address;
+    Outcome outcome = Outcome::failed;
+    ~Attempt() { throttle.finish_attempt(username, address, outcome, std::chrono::steady_clock::now()); }
+  } attempt{throttle, *username, address};
   // Look up and verify on the blocking pool (Argon2 takes tens of milliseconds).
   auto check = [&app, username = *username, password = *password]() -> Result<std::optional<auth::User>> {
     auto lookup = app.store().read_now([&](store::Database& db) { return auth::find_user_with_hash(db, username); });
@@ -73,15 +90,15 @@ asio::awaitable<Result<Response>> login(RequestContext& ctx) {
     if (!auth::verify_password(password, (*lookup)->second)) return std::optional<auth::User>{};
     return std::optional<auth::User>{(*lookup)->first};
   };
-  auto verified = co_await offload<Result<std::optional<auth::User>>>(app.password_pool().get_executor(),
-                                                                      std::move(check));
-  if (!verified) co_return tl::unexpected(verified.error());
-  if (!*verified) {
-    throttle.record_failure(*username, address, std::chrono::steady_clock::now());
-    co_return fail(ErrorCode::unauthorized, "wrong username or password");
+  auto verified = co_await app.password_pool().run<std::optional<auth::User>>(std::move(check));
+  if (!verified) {
+    // Nothing was checked (pool full, store error): no failure to count.
+    attempt.outcome = Outcome::not_checked;
+    co_return tl::unexpected(verified.error());
   }
+  if (!*verified) co_return fail(ErrorCode::unauthorized, "wrong username or password");
+  attempt.outcome = Outcome::succeeded;
   if ((*verified)->disabled) co_return fail(ErrorCode::unauthorized, "this account is disabled");
-  throttle.record_success(*username, address);
   auto now = system_now();
   auto expires = now + std::chrono::duration_cast<std::chrono::microseconds>(app.config().session_ttl);
   auto issue = [user_id = (*verified)->id, now, expires](store::Database& db) -> Result<Response> {
@@ -117,6 +134,8 @@ asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
   if (!old_password) co_return tl::unexpected(old_password.error());
   auto new_password = api::required_string(*body, "new_password");
   if (!new_password) co_return tl::unexpected(new_password.error());
+  if (old_password->size() > kMaxPasswordBytes)
+    co_return fail(ErrorCode::invalid_argument, "old_password: does not match the current password");
   if (auto s = auth::check_password_strength(*new_password); !s) {
     s.error().detail = "new_" + s.error().detail;
     co_return tl::unexpected(s.error());
@@ -129,7 +148,7 @@ asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
       return fail(ErrorCode::invalid_argument, "old_password: does not match the current password");
     return auth::hash_password(new_password);
   };
-  auto hash = co_await offload<Result<std::string>>(app.password_pool().get_executor(), std::move(rehash));
+  auto hash = co_await app.password_pool().run<std::string>(std::move(rehash));
   if (!hash) co_return tl::unexpected(hash.error());
   auto update = [user = ctx.caller().user.id, keep = ctx.caller().token_id, hash = *hash](store::Database& db) -> Result<Response> {
     if (auto s = auth::set_password_hash(db, user, hash); !s) return tl::unexpected(s.error());

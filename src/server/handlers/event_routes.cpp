@@ -99,12 +99,19 @@ struct ParkedTimer {
 // One stream: sends what is new when a local commit records an event (woken at once) or the
 // store's latest seq moves past what it sent, and a comment every 15 s. A named coroutine
 // taking everything by value.
-asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink) {
+asio::awaitable<void> sse_loop(App* app, events::Query query, StreamSink* sink, std::string token,
+                               auth::Principal principal) {
   asio::steady_timer tick(co_await asio::this_coro::executor);
   auto last_heartbeat = std::chrono::steady_clock::now();
+  AccessWatch access(*app, std::move(token), std::move(principal));
   if (!co_await sink->write(": connected\n\n")) co_return;
   bool woken = true;  // look once at the start: events may be waiting since Last-Event-ID
   while (!app->shutting_down()) {
+    // A revoked token, a disabled or demoted user: the stream ends (a revoke wakes it).
+    if (!co_await access.still_valid()) {
+      (void)co_await sink->write(": access revoked\n\n");
+      co_return;
+    }
     if (woken || app->latest_event_seq() > query.since_seq) {
       auto read = [query](store::Database& db) { return events::list(db, query); };
       auto batch = co_await app->store().read(std::move(read));
@@ -140,7 +147,9 @@ asio::awaitable<Result<Response>> stream_events(RequestContext& ctx) {
   q->limit = 500;
   Response r{200, "text/event-stream", "", {{"X-Accel-Buffering", "no"}}, {}};
   App* app = &ctx.app;
-  r.stream = [app, query = *q](StreamSink& sink) { return sse_loop(app, query, &sink); };
+  r.stream = [app, query = *q, token = App::bearer_token(ctx.request), principal = ctx.caller()](StreamSink& sink) {
+    return sse_loop(app, query, &sink, token, principal);
+  };
   co_return r;
 }
 

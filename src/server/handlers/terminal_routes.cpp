@@ -50,7 +50,39 @@ asio::awaitable<void> pump_in(agent::TerminalSession* terminal, WebSocketChannel
   terminal->close();  // a dropped tab ends the exec's input; the shell exits
 }
 
-asio::awaitable<void> terminal_session(App* app, std::string host, std::string instance_id, WebSocketChannel* channel) {
+// Both pumps, then stops the watcher.
+asio::awaitable<void> pump_both(agent::TerminalSession* terminal, WebSocketChannel* channel, bool* done,
+                                asio::steady_timer* watcher) {
+  co_await (pump_out(terminal, channel) && pump_in(terminal, channel));
+  *done = true;
+  watcher->cancel();
+}
+
+// Hangs the terminal up (which ends both pumps) once its token is revoked, its user disabled
+// or demoted. The timer is parked with the app's waiters so a revoke wakes it at once.
+asio::awaitable<void> watch_access(App* app, AccessWatch access, agent::TerminalSession* terminal, const bool* done,
+                                   asio::steady_timer* timer) {
+  struct Parked {  // unparked on every exit, a destroyed coroutine too
+    App* app;
+    asio::steady_timer* timer;
+    ~Parked() { app->event_waiters().erase(timer); }
+  } parked{app, timer};
+  while (!*done) {
+    timer->expires_after(std::chrono::seconds(1));
+    app->event_waiters().insert(timer);
+    auto [ec] = co_await timer->async_wait(asio::as_tuple(asio::use_awaitable));
+    (void)ec;
+    if (*done) break;
+    if (!co_await access.still_valid()) {
+      spdlog::info(R"({{"event":"terminal_revoked"}})");
+      terminal->close();
+      break;
+    }
+  }
+}
+
+asio::awaitable<void> terminal_session(App* app, std::string host, std::string instance_id, WebSocketChannel* channel,
+                                       std::string token, auth::Principal principal) {
   auto terminal = co_await app->hosts().agent().open_terminal(host, instance_id, 24, 80);
   if (!terminal) {
     (void)co_await channel->write("gpucloud: " + terminal.error().detail + "\r\n", true);
@@ -59,7 +91,10 @@ asio::awaitable<void> terminal_session(App* app, std::string host, std::string i
   }
   spdlog::info(R"({{"event":"terminal_opened","instance":"{}"}})", instance_id);
   agent::TerminalSession* t = terminal->get();
-  co_await (pump_out(t, channel) && pump_in(t, channel));
+  bool done = false;
+  asio::steady_timer watcher(co_await asio::this_coro::executor);
+  AccessWatch access(*app, std::move(token), std::move(principal));
+  co_await (pump_both(t, channel, &done, &watcher) && watch_access(app, std::move(access), t, &done, &watcher));
   t->close();
   spdlog::info(R"({{"event":"terminal_closed","instance":"{}"}})", instance_id);
 }
@@ -77,8 +112,9 @@ asio::awaitable<Result<Response>> open(RequestContext& ctx) {
     co_return fail(ErrorCode::invalid_argument, "this endpoint speaks WebSocket: send an Upgrade request");
   Response r{101, "", "", {}, {}, {}};
   App* app = &ctx.app;
-  r.websocket = [app, host = instance->host_name.value_or(""), id = instance->id](WebSocketChannel& channel) {
-    return terminal_session(app, host, id, &channel);
+  r.websocket = [app, host = instance->host_name.value_or(""), id = instance->id, token = App::bearer_token(ctx.request),
+                 principal = ctx.caller()](WebSocketChannel& channel) {
+    return terminal_session(app, host, id, &channel, token, principal);
   };
   co_return r;
 }

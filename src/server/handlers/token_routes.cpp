@@ -1,4 +1,6 @@
 // POST /tokens, GET /tokens, DELETE /tokens/{id}: API tokens, shown once, stored hashed.
+#include <boost/json.hpp>
+
 #include "api/auth_views.h"
 #include "api/json_input.h"
 #include "server/app.h"
@@ -24,7 +26,14 @@ asio::awaitable<Result<Response>> create_token(RequestContext& ctx) {
     o["token"] = token->secret;
     return json_response(201, o);
   };
-  co_return co_await ctx.app.run_idempotent(ctx, std::move(effect));
+  // The secret is shown once: the stored answer, and so a replay, has the token without it.
+  auto without_secret = [](const Response& r) {
+    json::object o = json::parse(r.body).as_object();
+    o.erase("token");
+    o["token_redacted"] = true;
+    return json::serialize(o);
+  };
+  co_return co_await ctx.app.run_idempotent(ctx, std::move(effect), std::move(without_secret));
 }
 
 asio::awaitable<Result<Response>> list_tokens(RequestContext& ctx) {
