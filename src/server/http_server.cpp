@@ -48,12 +48,32 @@ Result<tcp::endpoint> HttpServer::listen(const std::string& host_port) {
 void HttpServer::start() { asio::co_spawn(io_, accept_loop(), asio::detached); }
 
 asio::awaitable<void> HttpServer::accept_loop() {
+  // Out of descriptors (EMFILE/ENFILE) or kernel memory, the pending connection stays queued
+  // and accept fails again at once: retrying without a pause would spin the event loop.
+  constexpr auto kFirstPause = std::chrono::milliseconds(10);
+  constexpr auto kLongestPause = std::chrono::milliseconds(1000);
+  asio::steady_timer backoff(io_);
+  auto pause = kFirstPause;
   while (!stopping_) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
     if (ec) {
       if (stopping_ || ec == asio::error::operation_aborted) break;
-      spdlog::warn("accept failed: {}", ec.message());
-      continue;  // e.g. out of file descriptors: keep serving the others
+      bool resource = ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+                      ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+      if (!resource) continue;  // e.g. the client reset before we accepted: the next one is fine
+      spdlog::warn(R"({{"event":"accept_failed","error":"{}","retry_in_ms":{}}})", ec.message(), pause.count());
+      backoff.expires_after(pause);
+      auto [wait_ec] = co_await backoff.async_wait(use_tuple);
+      (void)wait_ec;
+      pause = std::min(pause * 2, kLongestPause);
+      continue;
+    }
+    pause = kFirstPause;
+    if (connections_.size() >= static_cast<std::size_t>(limits_.max_connections)) {
+      // Full: this one is closed at once, so the open ones keep being served.
+      socket.close(ec);
+      app_.metrics().connection_refused();
+      continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(io_, serve(std::move(socket)), asio::detached);
@@ -107,11 +127,22 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   beast::flat_buffer buffer;
   bool unread_body = false;  // a refused body is still arriving when we close
 
+  bool first_request = true;
   while (!stopping_) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
     parser.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
-    stream.expires_after(limits_.idle_timeout);
+    if (!first_request && buffer.size() == 0) {
+      // Between keep-alive requests the idle timeout runs until the next request's first byte.
+      stream.expires_after(limits_.idle_timeout);
+      auto [idle_ec, n] = co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, 65536)), use_tuple);
+      if (idle_ec) break;
+      buffer.commit(n);
+    }
+    first_request = false;
+    // From then on (and from the accept for a connection's first request) the whole header
+    // must arrive within header_timeout, so a client that trickles it cannot hold the slot.
+    stream.expires_after(limits_.header_timeout);
     auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
     bool too_large = header_ec == http::error::body_limit;
     if (header_ec && !too_large) break;  // closed, idle timeout, garbage, or shutdown

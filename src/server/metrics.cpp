@@ -4,7 +4,18 @@
 
 namespace gpucloud::server {
 
-void Metrics::record_request(const std::string& method, const std::string& route, int status, double seconds) {
+namespace {
+// The methods of RFC 9110 (and PATCH); any other token a client sends is one label.
+std::string method_label(const std::string& method) {
+  static constexpr std::string_view kKnown[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"};
+  for (std::string_view known : kKnown)
+    if (method == known) return method;
+  return "other";
+}
+}  // namespace
+
+void Metrics::record_request(const std::string& raw_method, const std::string& route, int status, double seconds) {
+  std::string method = method_label(raw_method);
   ++requests_[{method, route, status}];
   Histogram& h = latency_[{method, route}];
   for (std::size_t i = 0; i < kBuckets.size(); ++i)
@@ -39,8 +50,11 @@ std::string Metrics::render() const {
   out += "# HELP gpucloud_http_open_connections Client connections open now.\n";
   out += "# TYPE gpucloud_http_open_connections gauge\n";
   out += fmt::format("gpucloud_http_open_connections {}\n", open_connections_);
-  for (const auto& [name, value] : gauges_) {
-    out += fmt::format("# TYPE {} gauge\n{} {}\n", name, name, value);
+  out += "# HELP gpucloud_http_refused_connections_total Connections closed at once because max_connections were open.\n";
+  out += "# TYPE gpucloud_http_refused_connections_total counter\n";
+  out += fmt::format("gpucloud_http_refused_connections_total {}\n", refused_connections_);
+  for (const auto& [name, gauge] : gauges_) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, gauge.help, name, name, gauge.value);
   }
   return out;
 }
