@@ -21,6 +21,7 @@
 #include "server/host_registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 #include "server/router.h"
 #include "store/idempotency.h"
 #include "store/store.h"
@@ -96,6 +97,7 @@ class App {
   std::unique_ptr<PlatformClock> clock_;
   Router router_;
   Metrics metrics_;
+  RequestLog request_log_{loop_};
   auth::LoginThrottle login_throttle_;
   struct CachedPrincipal {
     auth::Principal principal;

@@ -96,7 +96,8 @@ Request to_request(http::request<http::string_body>& in, const std::string& clie
   out.headers.reserve(8);
   for (const auto& field : in) {
     std::string name(field.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII only: no locale call per byte
     out.headers.emplace_back(std::move(name), std::string(field.value()));
   }
   out.body = std::move(in.body());
@@ -122,7 +123,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   std::string client = ec ? "unknown" : remote.address().to_string();
   beast::tcp_stream stream(std::move(socket));
   std::uint64_t id = next_connection_++;
-  connections_.emplace(id, Connection{&stream, false});
+  Connection& connection = connections_.emplace(id, Connection{&stream, false}).first->second;  // stable
   app_.metrics().connection_opened();
   beast::flat_buffer buffer;
   bool unread_body = false;  // a refused body is still arriving when we close
@@ -132,21 +133,31 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
     parser.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
-    if (!first_request && buffer.size() == 0) {
-      // Between keep-alive requests the idle timeout runs until the next request's first byte.
-      stream.expires_after(limits_.idle_timeout);
-      auto [idle_ec, n] = co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, 65536)), use_tuple);
-      if (idle_ec) break;
+    // A connection's first request must bring its header within header_timeout of the
+    // accept; between keep-alive requests the idle timeout runs until the next first byte,
+    // then header_timeout for the rest of that header, so a client that trickles a header
+    // cannot hold its connection.
+    if (buffer.size() == 0) {
+      stream.expires_after(first_request ? limits_.header_timeout : limits_.idle_timeout);
+      auto [first_ec, n] = co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, 65536)), use_tuple);
+      if (first_ec) break;
       buffer.commit(n);
     }
     first_request = false;
-    // From then on (and from the accept for a connection's first request) the whole header
-    // must arrive within header_timeout, so a client that trickles it cannot hold the slot.
     stream.expires_after(limits_.header_timeout);
-    auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    // Usually the whole header came in that one read: parse it here rather than through
+    // another asynchronous read (which would complete through the scheduler).
+    beast::error_code header_ec;
+    buffer.consume(parser.put(buffer.data(), header_ec));
+    if (header_ec == http::error::need_more && !parser.is_header_done()) {
+      auto [rest_ec, rest_n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+      header_ec = rest_ec;
+    } else if (header_ec == http::error::need_more) {
+      header_ec = {};  // the header is complete; the body follows below
+    }
     bool too_large = header_ec == http::error::body_limit;
-    if (header_ec && !too_large) break;  // closed, idle timeout, garbage, or shutdown
-    connections_[id].busy = true;
+    if (header_ec && !too_large) break;  // closed, timeout, garbage, or shutdown
+    connection.busy = true;
     ++in_flight_;
     stream.expires_after(limits_.read_timeout);
     if (!too_large && !parser.is_done()) {
@@ -190,13 +201,13 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       http::response_serializer<http::empty_body> serializer(head);
       auto [head_ec, head_written] = co_await http::async_write_header(stream, serializer, use_tuple);
       --in_flight_;
-      connections_[id].busy = false;
+      connection.busy = false;
       if (head_ec || !keep_alive) break;
       continue;
     }
     if (response.websocket && beast::websocket::is_upgrade(parser.get())) {
       --in_flight_;
-      connections_[id].busy = false;
+      connection.busy = false;
       co_await websocket_session(stream, parser.release(), std::move(response));
       connections_.erase(id);
       app_.metrics().connection_closed();
@@ -210,7 +221,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     auto out = to_beast(std::move(response), version, keep_alive);
     auto [write_ec, written] = co_await http::async_write(stream, out, use_tuple);
     --in_flight_;
-    connections_[id].busy = false;
+    connection.busy = false;
     if (write_ec || !keep_alive) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);

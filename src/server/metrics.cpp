@@ -6,18 +6,24 @@ namespace gpucloud::server {
 
 namespace {
 // The methods of RFC 9110 (and PATCH); any other token a client sends is one label.
-std::string method_label(const std::string& method) {
+std::string_view method_label(std::string_view method) {
   static constexpr std::string_view kKnown[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"};
   for (std::string_view known : kKnown)
-    if (method == known) return method;
+    if (method == known) return known;
   return "other";
 }
 }  // namespace
 
 void Metrics::record_request(const std::string& raw_method, const std::string& route, int status, double seconds) {
-  std::string method = method_label(raw_method);
-  ++requests_[{method, route, status}];
-  Histogram& h = latency_[{method, route}];
+  std::string_view method = method_label(raw_method);
+  std::string_view route_view = route;
+  auto count = requests_.find(std::make_tuple(method, route_view, status));
+  if (count == requests_.end())
+    count = requests_.emplace(std::make_tuple(std::string(method), route, status), 0).first;
+  ++count->second;
+  auto series = latency_.find(std::make_tuple(method, route_view));
+  if (series == latency_.end()) series = latency_.emplace(std::make_tuple(std::string(method), route), Histogram{}).first;
+  Histogram& h = series->second;
   for (std::size_t i = 0; i < kBuckets.size(); ++i)
     if (seconds <= kBuckets[i]) ++h.buckets[i];
   ++h.count;

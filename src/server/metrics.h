@@ -4,7 +4,9 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace gpucloud::server {
@@ -28,8 +30,9 @@ class Metrics {
     std::uint64_t count = 0;
     double sum = 0;
   };
-  std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;  // method, route, status
-  std::map<std::pair<std::string, std::string>, Histogram> latency_;             // method, route
+  // std::less<>: looked up by views, so a request already counted copies no string.
+  std::map<std::tuple<std::string, std::string, int>, std::uint64_t, std::less<>> requests_;  // method, route, status
+  std::map<std::tuple<std::string, std::string>, Histogram, std::less<>> latency_;            // method, route
   struct Gauge {
     std::string help;
     double value = 0;
