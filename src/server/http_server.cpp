@@ -1,6 +1,6 @@
 #include "server/http_server.h"
 
-#include <array>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -229,7 +229,8 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     // Lingering close: read and drop what the client is still sending, so closing does not
     // reset the connection under it before it has read our 413 (bounded in time and bytes).
     stream.expires_after(std::chrono::seconds(2));
-    std::array<char, 16 * 1024> sink{};
+    // On the heap, only here: an array would sit in every connection's coroutine frame.
+    std::vector<char> sink(16 * 1024);
     std::size_t drained = 0;
     while (drained < 64u * 1024 * 1024) {
       auto [drain_ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
