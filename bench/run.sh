@@ -2,7 +2,7 @@
 # Runs every benchmark (see docs/benchmarks.md):
 #   1. the Google Benchmark binaries build/bin/*_bench (built when GPUCLOUD_BENCH is ON),
 #      each pinned to one core with taskset when available;
-#   2. bench/http_load.sh: GET /api/v1/me vs GET /healthz with wrk, then
+#   2. bench/http_load.sh: the bare Beast server vs GET /healthz vs GET /api/v1/me with wrk, then
 #      bench/idle_connections.py (1,000 idle keep-alive connections).
 #
 # Environment:

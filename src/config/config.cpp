@@ -164,11 +164,13 @@ class Parser {
     }
     if (const toml::table* t = get_table(root, "", "server")) {
       check_keys(*t, "server",
-                 {"max_body_bytes", "read_timeout", "idle_timeout", "worker_threads",
-                  "login_failures_allowed", "login_window", "metrics_require_auth"});
+                 {"max_body_bytes", "read_timeout", "idle_timeout", "header_timeout", "max_connections",
+                  "worker_threads", "login_failures_allowed", "login_window", "metrics_require_auth"});
       get_int(*t, "server", "max_body_bytes", c.server.max_body_bytes);
       get_duration(*t, "server", "read_timeout", c.server.read_timeout);
       get_duration(*t, "server", "idle_timeout", c.server.idle_timeout);
+      get_duration(*t, "server", "header_timeout", c.server.header_timeout);
+      get_int(*t, "server", "max_connections", c.server.max_connections);
       get_int(*t, "server", "worker_threads", c.server.worker_threads);
       get_int(*t, "server", "login_failures_allowed", c.server.login_failures_allowed);
       get_duration(*t, "server", "login_window", c.server.login_window);

@@ -85,6 +85,8 @@ struct Server {  // added section [server]
   std::int64_t max_body_bytes = 1 << 20;
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds idle_timeout{120};
+  std::chrono::seconds header_timeout{10};  // a request's headers must be complete within it
+  int max_connections = 10000;              // past it, new connections are closed at once
   int worker_threads = 4;  // bounded pool for blocking work (SQLite reads, Argon2)
   int login_failures_allowed = 5;
   std::chrono::seconds login_window{900};

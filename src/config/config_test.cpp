@@ -272,6 +272,8 @@ TEST(Config, DefaultsWhenKeysAbsent) {
   EXPECT_EQ(c.server.max_body_bytes, 1 << 20);
   EXPECT_EQ(c.server.read_timeout, 30s);
   EXPECT_EQ(c.server.idle_timeout, 120s);
+  EXPECT_EQ(c.server.header_timeout, 10s);
+  EXPECT_EQ(c.server.max_connections, 10000);
   EXPECT_EQ(c.server.worker_threads, 4);
   EXPECT_EQ(c.server.login_failures_allowed, 5);
   EXPECT_EQ(c.server.login_window, 900s);
@@ -301,6 +303,8 @@ allow_private_webhook_targets = true
 [server]
 metrics_require_auth = true
 worker_threads = 8
+header_timeout = "3s"
+max_connections = 50
 )");
   ASSERT_TRUE(r) << r.error().detail;
   EXPECT_EQ(r->listen, "0.0.0.0:9000");
@@ -312,6 +316,8 @@ worker_threads = 8
   EXPECT_TRUE(r->alerts.allow_private_webhook_targets);
   EXPECT_TRUE(r->server.metrics_require_auth);
   EXPECT_EQ(r->server.worker_threads, 8);
+  EXPECT_EQ(r->server.header_timeout, 3s);
+  EXPECT_EQ(r->server.max_connections, 50);
 }
 
 TEST(Config, StorePath) {
@@ -490,6 +496,8 @@ TEST(Config, BadValuesNameTheKeyAndWhy) {
               HasSubstr("policy.arrears_delete_disks_after_days: 10 must be >= arrears_release_instances_after_days (15)"));
   EXPECT_THAT(error_of("[server]\nworker_threads = 0\n"), HasSubstr("server.worker_threads: must be between 1 and 1024"));
   EXPECT_THAT(error_of("[server]\nmax_body_bytes = 10\n"), HasSubstr("server.max_body_bytes: must be >= 1024"));
+  EXPECT_THAT(error_of("[server]\nmax_connections = 0\n"), HasSubstr("server.max_connections"));
+  EXPECT_THAT(error_of("[server]\nheader_timeout = \"0s\"\n"), HasSubstr("server.header_timeout"));
   EXPECT_THAT(error_of(with_base("[[offers]]\ngpu_model = \"A100\"\ncpu_per_gpu = 8\nmemory_gib_per_gpu = 32\nprice_per_gpu_week = -5\n")),
               HasSubstr("offers[1].price_per_gpu_week: must be >= 0, not -5"));
 }

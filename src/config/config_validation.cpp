@@ -307,6 +307,8 @@ void check_sections(const Config& c, Checker& k) {
   }
   k.positive("server.read_timeout", c.server.read_timeout);
   k.positive("server.idle_timeout", c.server.idle_timeout);
+  k.positive("server.header_timeout", c.server.header_timeout);
+  k.positive("server.max_connections", c.server.max_connections);
   if (c.server.worker_threads < 1 || c.server.worker_threads > 1024) {
     k.error("server.worker_threads", "must be between 1 and 1024, not " + std::to_string(c.server.worker_threads));
   }

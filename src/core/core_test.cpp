@@ -37,6 +37,9 @@ TEST(TimeFormat, RoundTripsRfc3339) {
   EXPECT_EQ(format_rfc3339(*parse_rfc3339("2026-01-02T03:04:05.25Z")), "2026-01-02T03:04:05.250000Z");
   EXPECT_FALSE(parse_rfc3339("2026-13-01T00:00:00Z"));
   EXPECT_FALSE(parse_rfc3339("yesterday"));
+  EXPECT_EQ(format_rfc3339(SysTime{}), "1970-01-01T00:00:00Z");
+  EXPECT_EQ(format_rfc3339(SysTime{} - std::chrono::microseconds(500000)), "1969-12-31T23:59:59.500000Z");
+  EXPECT_EQ(format_rfc3339(*parse_rfc3339("2026-12-31T23:59:59.000001Z")), "2026-12-31T23:59:59.000001Z");
 }
 
 TEST(Credentials, TokenHashIsSha256HexAndSecretsAreRandom) {

@@ -4,22 +4,53 @@
 
 namespace gpucloud {
 
+namespace {
+// Writes `value` (>= 0) as exactly `width` decimal digits, ending before `end`.
+char* put_digits(char* end, long long value, int width) {
+  for (int i = 0; i < width; ++i, value /= 10) *--end = static_cast<char>('0' + value % 10);
+  return end;
+}
+}  // namespace
+
+// Digits by hand, not snprintf: every timestamp of every JSON answer goes through here.
 std::string format_rfc3339(SysTime t) {
   using namespace std::chrono;
   auto day = floor<days>(t);
   year_month_day ymd{day};
   hh_mm_ss<microseconds> tod{t - day};
-  char buf[40];
-  int n = std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d", int(ymd.year()),
-                        unsigned(ymd.month()), unsigned(ymd.day()), int(tod.hours().count()),
-                        int(tod.minutes().count()), int(tod.seconds().count()));
-  std::string out(buf, static_cast<std::size_t>(n));
-  if (auto us = tod.subseconds().count(); us != 0) {
-    std::snprintf(buf, sizeof buf, ".%06lld", static_cast<long long>(us));
-    out += buf;
+  int y = int(ymd.year());
+  if (y < 0 || y > 9999) {
+    char buf[48];
+    int n = std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d", y, unsigned(ymd.month()),
+                          unsigned(ymd.day()), int(tod.hours().count()), int(tod.minutes().count()),
+                          int(tod.seconds().count()));
+    std::string out(buf, static_cast<std::size_t>(n));
+    if (auto us = tod.subseconds().count(); us != 0) {
+      std::snprintf(buf, sizeof buf, ".%06lld", static_cast<long long>(us));
+      out += buf;
+    }
+    return out + 'Z';
   }
-  out += 'Z';
-  return out;
+  char buf[28];  // YYYY-MM-DDTHH:MM:SS.ffffffZ
+  put_digits(buf + 4, y, 4);
+  buf[4] = '-';
+  put_digits(buf + 7, unsigned(ymd.month()), 2);
+  buf[7] = '-';
+  put_digits(buf + 10, unsigned(ymd.day()), 2);
+  buf[10] = 'T';
+  put_digits(buf + 13, tod.hours().count(), 2);
+  buf[13] = ':';
+  put_digits(buf + 16, tod.minutes().count(), 2);
+  buf[16] = ':';
+  put_digits(buf + 19, tod.seconds().count(), 2);
+  std::size_t n = 19;
+  if (auto us = tod.subseconds().count(); us != 0) {
+    buf[19] = '.';
+    put_digits(buf + 26, us, 6);
+    n = 26;
+  }
+  buf[n++] = 'Z';
+  return std::string(buf, n);
 }
 
 std::optional<SysTime> parse_rfc3339(std::string_view s) {

@@ -142,13 +142,15 @@ Status App::hold_idempotency_key(RequestContext& ctx) {
 }
 
 asio::awaitable<Response> App::handle(Request& request) {
+  static const std::string kUnmatched = "unmatched";
   auto started = std::chrono::steady_clock::now();
-  std::string route_name = "unmatched";
-  std::string user_id;
+  const std::string* route_name = &kUnmatched;  // a route's pattern: bounded labels, no raw path
+  RequestContext ctx{*this, request, std::nullopt, nullptr};
   Response response;
   try {
     // HEAD is answered by the GET route (the server sends its head only).
-    RouteMatch match = router_.match(request.method == "HEAD" ? "GET" : request.method, request.path, request.params);
+    std::string_view method = request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
+    RouteMatch match = router_.match(method, request.path, request.params);
     Result<Response> result = fail(ErrorCode::internal, "no answer");
     if (!match.route) {
       if (match.path_known) {
@@ -161,8 +163,7 @@ asio::awaitable<Response> App::handle(Request& request) {
       }
     } else {
       const Route& route = *match.route;
-      route_name = route.pattern;
-      RequestContext ctx{*this, request, std::nullopt, nullptr};
+      route_name = &route.pattern;
       bool refused = false;
       if (route.access != Access::public_route) {
         auto principal = co_await authenticate_token(bearer_token(request));
@@ -170,7 +171,6 @@ asio::awaitable<Response> App::handle(Request& request) {
           result = tl::unexpected(principal.error());
           refused = true;
         } else {
-          user_id = principal->user.id;
           ctx.principal = std::move(*principal);
           if (route.access == Access::admin && !ctx.principal->user.is_admin()) {
             result = fail(ErrorCode::forbidden, "this endpoint is for the operator only");
@@ -190,19 +190,19 @@ asio::awaitable<Response> App::handle(Request& request) {
     if (result) {
       response = std::move(*result);
     } else {
-      if (result.error().code == ErrorCode::internal) spdlog::error("internal error on {}: {}", route_name, result.error().detail);
+      if (result.error().code == ErrorCode::internal) spdlog::error("internal error on {}: {}", *route_name, result.error().detail);
       response = problem_response(result.error());
     }
   } catch (const std::exception& e) {
     // Nothing escapes a handler: an unexpected exception is an internal error, logged.
-    spdlog::error("unhandled exception on {}: {}", route_name, e.what());
+    spdlog::error("unhandled exception on {}: {}", *route_name, e.what());
     response = problem_response(Error{ErrorCode::internal, "internal error", {}, 0});
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  metrics_.record_request(request.method, route_name, response.status, seconds);
-  // Structured request log: no body, no headers, so no password or token can reach it.
-  spdlog::info(R"({{"event":"request","method":"{}","route":"{}","status":{},"ms":{:.3f},"user":"{}","client":"{}"}})",
-               request.method, route_name, response.status, seconds * 1000, user_id, request.client_address);
+  metrics_.record_request(request.method, *route_name, response.status, seconds);
+  // The user as authenticated before the handler ran (a handler may not change who called).
+  std::string_view user = ctx.principal ? std::string_view(ctx.principal->user.id) : std::string_view();
+  request_log_.record(request.method, *route_name, response.status, seconds * 1000, user, request.client_address);
   co_return response;
 }
 

@@ -24,6 +24,7 @@
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/password_pool.h"
+#include "server/request_log.h"
 #include "server/router.h"
 #include "store/idempotency.h"
 #include "store/store.h"
@@ -122,6 +123,7 @@ class App {
   std::unique_ptr<PlatformClock> clock_;
   Router router_;
   Metrics metrics_;
+  RequestLog request_log_{loop_};
   auth::LoginThrottle login_throttle_;
   AuthCache auth_cache_;  // loop only
   PasswordPool password_pool_{2};

@@ -1,6 +1,6 @@
 #include "server/http_server.h"
 
-#include <array>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -48,12 +48,32 @@ Result<tcp::endpoint> HttpServer::listen(const std::string& host_port) {
 void HttpServer::start() { asio::co_spawn(io_, accept_loop(), asio::detached); }
 
 asio::awaitable<void> HttpServer::accept_loop() {
+  // Out of descriptors (EMFILE/ENFILE) or kernel memory, the pending connection stays queued
+  // and accept fails again at once: retrying without a pause would spin the event loop.
+  constexpr auto kFirstPause = std::chrono::milliseconds(10);
+  constexpr auto kLongestPause = std::chrono::milliseconds(1000);
+  asio::steady_timer backoff(io_);
+  auto pause = kFirstPause;
   while (!stopping_) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
     if (ec) {
       if (stopping_ || ec == asio::error::operation_aborted) break;
-      spdlog::warn("accept failed: {}", ec.message());
-      continue;  // e.g. out of file descriptors: keep serving the others
+      bool resource = ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+                      ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+      if (!resource) continue;  // e.g. the client reset before we accepted: the next one is fine
+      spdlog::warn(R"({{"event":"accept_failed","error":"{}","retry_in_ms":{}}})", ec.message(), pause.count());
+      backoff.expires_after(pause);
+      auto [wait_ec] = co_await backoff.async_wait(use_tuple);
+      (void)wait_ec;
+      pause = std::min(pause * 2, kLongestPause);
+      continue;
+    }
+    pause = kFirstPause;
+    if (connections_.size() >= static_cast<std::size_t>(limits_.max_connections)) {
+      // Full: this one is closed at once, so the open ones keep being served.
+      socket.close(ec);
+      app_.metrics().connection_refused();
+      continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(io_, serve(std::move(socket)), asio::detached);
@@ -76,7 +96,8 @@ Request to_request(http::request<http::string_body>& in, const std::string& clie
   out.headers.reserve(8);
   for (const auto& field : in) {
     std::string name(field.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII only: no locale call per byte
     out.headers.emplace_back(std::move(name), std::string(field.value()));
   }
   out.body = std::move(in.body());
@@ -102,20 +123,41 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   std::string client = ec ? "unknown" : remote.address().to_string();
   beast::tcp_stream stream(std::move(socket));
   std::uint64_t id = next_connection_++;
-  connections_.emplace(id, Connection{&stream, false});
+  Connection& connection = connections_.emplace(id, Connection{&stream, false}).first->second;  // stable
   app_.metrics().connection_opened();
   beast::flat_buffer buffer;
   bool unread_body = false;  // a refused body is still arriving when we close
 
+  bool first_request = true;
   while (!stopping_) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
     parser.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
-    stream.expires_after(limits_.idle_timeout);
-    auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    // A connection's first request must bring its header within header_timeout of the
+    // accept; between keep-alive requests the idle timeout runs until the next first byte,
+    // then header_timeout for the rest of that header, so a client that trickles a header
+    // cannot hold its connection.
+    if (buffer.size() == 0) {
+      stream.expires_after(first_request ? limits_.header_timeout : limits_.idle_timeout);
+      auto [first_ec, n] = co_await stream.async_read_some(buffer.prepare(beast::read_size(buffer, 65536)), use_tuple);
+      if (first_ec) break;
+      buffer.commit(n);
+    }
+    first_request = false;
+    stream.expires_after(limits_.header_timeout);
+    // Usually the whole header came in that one read: parse it here rather than through
+    // another asynchronous read (which would complete through the scheduler).
+    beast::error_code header_ec;
+    buffer.consume(parser.put(buffer.data(), header_ec));
+    if (header_ec == http::error::need_more && !parser.is_header_done()) {
+      auto [rest_ec, rest_n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+      header_ec = rest_ec;
+    } else if (header_ec == http::error::need_more) {
+      header_ec = {};  // the header is complete; the body follows below
+    }
     bool too_large = header_ec == http::error::body_limit;
-    if (header_ec && !too_large) break;  // closed, idle timeout, garbage, or shutdown
-    connections_[id].busy = true;
+    if (header_ec && !too_large) break;  // closed, timeout, garbage, or shutdown
+    connection.busy = true;
     ++in_flight_;
     stream.expires_after(limits_.read_timeout);
     if (!too_large && !parser.is_done()) {
@@ -159,13 +201,13 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       http::response_serializer<http::empty_body> serializer(head);
       auto [head_ec, head_written] = co_await http::async_write_header(stream, serializer, use_tuple);
       --in_flight_;
-      connections_[id].busy = false;
+      connection.busy = false;
       if (head_ec || !keep_alive) break;
       continue;
     }
     if (response.websocket && beast::websocket::is_upgrade(parser.get())) {
       --in_flight_;
-      connections_[id].busy = false;
+      connection.busy = false;
       co_await websocket_session(stream, parser.release(), std::move(response));
       connections_.erase(id);
       app_.metrics().connection_closed();
@@ -179,7 +221,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     auto out = to_beast(std::move(response), version, keep_alive);
     auto [write_ec, written] = co_await http::async_write(stream, out, use_tuple);
     --in_flight_;
-    connections_[id].busy = false;
+    connection.busy = false;
     if (write_ec || !keep_alive) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -187,7 +229,8 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     // Lingering close: read and drop what the client is still sending, so closing does not
     // reset the connection under it before it has read our 413 (bounded in time and bytes).
     stream.expires_after(std::chrono::seconds(2));
-    std::array<char, 16 * 1024> sink{};
+    // On the heap, only here: an array would sit in every connection's coroutine frame.
+    std::vector<char> sink(16 * 1024);
     std::size_t drained = 0;
     while (drained < 64u * 1024 * 1024) {
       auto [drain_ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);

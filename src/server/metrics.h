@@ -4,18 +4,22 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace gpucloud::server {
 
 class Metrics {
  public:
-  // `route` is the route pattern (or "unmatched"), never the raw path: bounded label sets.
+  // `route` is the route pattern (or "unmatched"), never the raw path, and a method outside
+  // the standard ones counts as "other": a client cannot grow the label sets.
   void record_request(const std::string& method, const std::string& route, int status, double seconds);
-  void set_gauge(const std::string& name, double value) { gauges_[name] = value; }
+  void set_gauge(const std::string& name, const std::string& help, double value) { gauges_[name] = {help, value}; }
   void connection_opened() { ++open_connections_; }
   void connection_closed() { --open_connections_; }
+  void connection_refused() { ++refused_connections_; }  // over [server] max_connections
   std::string render() const;
 
  private:
@@ -26,10 +30,16 @@ class Metrics {
     std::uint64_t count = 0;
     double sum = 0;
   };
-  std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;  // method, route, status
-  std::map<std::pair<std::string, std::string>, Histogram> latency_;             // method, route
-  std::map<std::string, double> gauges_;
+  // std::less<>: looked up by views, so a request already counted copies no string.
+  std::map<std::tuple<std::string, std::string, int>, std::uint64_t, std::less<>> requests_;  // method, route, status
+  std::map<std::tuple<std::string, std::string>, Histogram, std::less<>> latency_;            // method, route
+  struct Gauge {
+    std::string help;
+    double value = 0;
+  };
+  std::map<std::string, Gauge> gauges_;
   std::int64_t open_connections_ = 0;
+  std::uint64_t refused_connections_ = 0;
 };
 
 }  // namespace gpucloud::server

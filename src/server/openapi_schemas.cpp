@@ -42,9 +42,10 @@ json::object nullable(json::object s) {
 json::object ref(std::string_view component) {
   return {{"$ref", "#/components/schemas/" + std::string(component)}};
 }
-// OpenAPI 3.0 ignores siblings of $ref, so a nullable reference goes through allOf.
+// OpenAPI 3.0 ignores siblings of $ref, so a nullable reference goes through allOf; and
+// `nullable` counts only beside a `type` (every component referenced so is an object).
 json::object nullable_ref(std::string_view component, std::string_view description = {}) {
-  json::object s{{"nullable", true}, {"allOf", json::array{ref(component)}}};
+  json::object s{{"type", "object"}, {"nullable", true}, {"allOf", json::array{ref(component)}}};
   if (!description.empty()) s["description"] = description;
   return s;
 }

@@ -25,32 +25,47 @@ void Router::add(std::string method, std::string pattern, Access access, std::st
 }
 
 namespace {
-bool segments_match(const Route& route, const std::vector<std::string>& parts, std::map<std::string, std::string>& params) {
-  if (route.segments.size() != parts.size()) return false;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
+// Every request is matched against the table, so this allocates nothing until a route
+// matches: the path's segments are views into it, parameters are copied only on the match.
+constexpr std::size_t kMaxSegments = 16;
+
+bool is_parameter(const std::string& seg) { return seg.size() > 2 && seg.front() == '{' && seg.back() == '}'; }
+
+bool segments_match(const Route& route, const std::string_view* parts, std::size_t count) {
+  if (route.segments.size() != count) return false;
+  for (std::size_t i = 0; i < count; ++i) {
     const std::string& seg = route.segments[i];
-    if (seg.size() > 2 && seg.front() == '{' && seg.back() == '}') {
-      params[seg.substr(1, seg.size() - 2)] = parts[i];
-    } else if (seg != parts[i]) {
-      return false;
-    }
+    if (seg != parts[i] && !is_parameter(seg)) return false;
   }
   return true;
 }
 }  // namespace
 
-RouteMatch Router::match(const std::string& method, const std::string& path,
+RouteMatch Router::match(std::string_view method, std::string_view path,
                          std::map<std::string, std::string>& params) const {
   RouteMatch result;
-  auto parts = split_path(path);
+  std::string_view parts[kMaxSegments];
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < path.size();) {
+    while (i < path.size() && path[i] == '/') ++i;
+    std::size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) {
+      if (count == kMaxSegments) return result;  // deeper than any route
+      parts[count++] = path.substr(i, j - i);
+    }
+    i = j;
+  }
   // Literal segments win over parameters ("/tokens/mine" before "/tokens/{id}"): routes are
   // tried in the order added, and literal routes are added first by convention.
   for (const Route& route : routes_) {
-    std::map<std::string, std::string> candidate;
-    if (!segments_match(route, parts, candidate)) continue;
+    if (!segments_match(route, parts, count)) continue;
     if (route.method == method) {
       result.route = &route;
-      params = std::move(candidate);
+      params.clear();
+      for (std::size_t i = 0; i < count; ++i)
+        if (is_parameter(route.segments[i]))
+          params[route.segments[i].substr(1, route.segments[i].size() - 2)] = std::string(parts[i]);
       return result;
     }
     result.path_known = true;

@@ -3,6 +3,7 @@
 // feeds the OpenAPI document and the per-route metrics, so the three never disagree.
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
@@ -36,7 +37,7 @@ class Router {
  public:
   void add(std::string method, std::string pattern, Access access, std::string tag, std::string summary,
            Handler handler);
-  RouteMatch match(const std::string& method, const std::string& path, std::map<std::string, std::string>& params) const;
+  RouteMatch match(std::string_view method, std::string_view path, std::map<std::string, std::string>& params) const;
   const std::vector<Route>& routes() const { return routes_; }
 
  private:

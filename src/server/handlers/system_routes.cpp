@@ -19,7 +19,8 @@ asio::awaitable<Result<Response>> healthz(RequestContext&) {
 }
 
 asio::awaitable<Result<Response>> metrics(RequestContext& ctx) {
-  ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", static_cast<double>(ctx.app.clock().pending_timers()));
+  ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", "Platform-clock timers waiting to fire.",
+                              static_cast<double>(ctx.app.clock().pending_timers()));
   co_return Response{200, "text/plain; version=0.0.4", ctx.app.metrics().render(), {}};
 }
 

@@ -43,6 +43,7 @@ class TestDaemon {
   void restart() { stop(); start(); }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }  // the running daemon's process id (-1 when stopped)
   const std::string& dir() const { return dir_; }
   const std::string& data_dir() const { return data_dir_; }
   std::string log() const;  // everything the daemon wrote (stdout + stderr)
