@@ -106,6 +106,24 @@ Result<std::vector<TokenInfo>> list_api_tokens(store::Database& db, const std::s
   return tokens;
 }
 
+Result<std::string> resolve_api_token(store::Database& db, const std::string& user, const std::string& id_or_name) {
+  auto named = db.all("SELECT id FROM tokens WHERE user_id = ? AND kind = 'api' AND revoked_at IS NULL AND name = ? "
+                      "AND NOT EXISTS (SELECT 1 FROM tokens WHERE id = ? AND user_id = ?)",
+                      {user, id_or_name, id_or_name, user});
+  if (!named) return fail(named.error());
+  if (named->size() > 1)
+    return fail(ErrorCode::conflict,
+                std::to_string(named->size()) + " API tokens are named \"" + id_or_name + "\": revoke one by its id");
+  return named->size() == 1 ? named->front().text(0) : id_or_name;
+}
+
+Result<std::optional<SysTime>> token_expiry(store::Database& db, const std::string& token_id) {
+  auto row = db.one("SELECT expires_at FROM tokens WHERE id = ?", {token_id});
+  if (!row) return fail(row.error());
+  if (!*row || (*row)->is_null(0)) return std::optional<SysTime>{};
+  return std::optional<SysTime>{from_unix_micros((*row)->int64(0))};
+}
+
 Status revoke_token(store::Database& db, const std::string& user_id, const std::string& token_id, SysTime now) {
   if (auto s = db.run("UPDATE tokens SET revoked_at = ? WHERE id = ? AND user_id = ? AND revoked_at IS NULL",
                       {to_unix_micros(now), token_id, user_id});

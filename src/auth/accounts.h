@@ -58,6 +58,11 @@ Result<Principal> authenticate(store::Database& db, const std::string& token, Sy
 Result<std::vector<TokenInfo>> list_api_tokens(store::Database& db, const std::string& user_id);
 // not_found unless the token exists, is the user's and is live.
 Status revoke_token(store::Database& db, const std::string& user_id, const std::string& token_id, SysTime now);
+// The live API token a user means by `id_or_name`: an id as given, else the one token of that
+// name (conflict when several share it).
+Result<std::string> resolve_api_token(store::Database& db, const std::string& user_id, const std::string& id_or_name);
+// When the token stops working by itself (sessions), if ever.
+Result<std::optional<SysTime>> token_expiry(store::Database& db, const std::string& token_id);
 // Revokes every live session of the user except `keep_token_id`.
 Status revoke_other_sessions(store::Database& db, const std::string& user_id, const std::string& keep_token_id,
                              SysTime now);

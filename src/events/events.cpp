@@ -47,4 +47,18 @@ json::object to_json(const Event& e) {
           {"data", e.data}};
 }
 
+Result<std::string> resolve_resource_name(store::Database& db, const std::optional<std::string>& user,
+                                          const std::string& resource) {
+  auto row = db.one(
+      "SELECT id FROM ("
+      " SELECT id, 0 AS rank, created_at FROM instances WHERE name = ? AND state != 'released' AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 1, created_at FROM ssh_keys WHERE name = ? AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 2, created_at FROM images WHERE name = ? AND (? IS NULL OR owner = ?)"
+      " UNION ALL SELECT id, 3, created_at FROM instances WHERE name = ? AND state = 'released' AND (? IS NULL OR owner = ?)"
+      ") AS named ORDER BY rank, created_at DESC LIMIT 1",
+      {resource, user, user, resource, user, user, resource, user, user, resource, user, user});
+  if (!row) return fail(row.error());
+  return *row ? (*row)->text(0) : resource;
+}
+
 }  // namespace gpucloud::events

@@ -39,4 +39,10 @@ Result<std::int64_t> latest_seq(store::Database& db);
 
 boost::json::object to_json(const Event& event);
 
+// `resource` may be a name (api.md: a name is accepted wherever an id is). The user's live
+// instance, SSH key or image of that name wins; else their latest released instance; else
+// it is returned as given (an id, or nothing we name). `user` nullopt: anyone's (operator).
+Result<std::string> resolve_resource_name(store::Database& db, const std::optional<std::string>& user,
+                                          const std::string& resource);
+
 }  // namespace gpucloud::events

@@ -101,10 +101,9 @@ asio::awaitable<Result<auth::Principal>> App::authenticate_token(std::string tok
   auto lookup = [token, now](store::Database& db) -> Result<std::pair<auth::Principal, std::optional<SysTime>>> {
     auto principal = auth::authenticate(db, token, now);
     if (!principal) return tl::unexpected(principal.error());
-    auto row = db.one("SELECT expires_at FROM tokens WHERE id = ?", {principal->token_id});
-    std::optional<SysTime> expires;
-    if (row && *row && !(*row)->is_null(0)) expires = from_unix_micros((*row)->int64(0));
-    return std::make_pair(std::move(*principal), expires);
+    auto expires = auth::token_expiry(db, principal->token_id);
+    if (!expires) return tl::unexpected(expires.error());
+    return std::make_pair(std::move(*principal), *expires);
   };
   auto found = co_await store_->read(std::move(lookup));
   if (!found) co_return tl::unexpected(found.error());

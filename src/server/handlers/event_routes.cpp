@@ -15,20 +15,9 @@ namespace json = boost::json;
 
 namespace {
 
-// `resource` may be a name (api.md: a name is accepted wherever an id is). The caller's
-// live instance, SSH key or image of that name wins; else their latest released instance.
 Result<std::string> resolve_resource(store::Database& db, const std::optional<std::string>& user, const std::string& resource) {
   if (!is_valid_resource_name(resource)) return resource;  // an id (or nothing we name)
-  auto row = db.one(
-      "SELECT id FROM ("
-      " SELECT id, 0 AS rank, created_at FROM instances WHERE name = ? AND state != 'released' AND (? IS NULL OR owner = ?)"
-      " UNION ALL SELECT id, 1, created_at FROM ssh_keys WHERE name = ? AND (? IS NULL OR owner = ?)"
-      " UNION ALL SELECT id, 2, created_at FROM images WHERE name = ? AND (? IS NULL OR owner = ?)"
-      " UNION ALL SELECT id, 3, created_at FROM instances WHERE name = ? AND state = 'released' AND (? IS NULL OR owner = ?)"
-      ") ORDER BY rank, created_at DESC LIMIT 1",
-      {resource, user, user, resource, user, user, resource, user, user, resource, user, user});
-  if (!row) return tl::unexpected(row.error());
-  return *row ? (*row)->text(0) : resource;
+  return events::resolve_resource_name(db, user, resource);
 }
 
 // Names in `resource` become ids, in a store read (off the loop).

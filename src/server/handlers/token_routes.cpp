@@ -49,15 +49,9 @@ asio::awaitable<Result<Response>> list_tokens(RequestContext& ctx) {
 asio::awaitable<Result<Response>> delete_token(RequestContext& ctx) {
   auto revoke = [user = ctx.caller().user.id, id_or_name = ctx.param("id")](store::Database& db) -> Result<Response> {
     // By id; else by name (api.md: a name is accepted wherever an id is), if it names one.
-    std::string id = id_or_name;
-    auto named = db.all("SELECT id FROM tokens WHERE user_id = ? AND kind = 'api' AND revoked_at IS NULL AND name = ? "
-                        "AND NOT EXISTS (SELECT 1 FROM tokens WHERE id = ? AND user_id = ?)",
-                        {user, id_or_name, id_or_name, user});
-    if (!named) return tl::unexpected(named.error());
-    if (named->size() > 1)
-      return fail(ErrorCode::conflict, std::to_string(named->size()) + " API tokens are named \"" + id_or_name + "\": revoke one by its id");
-    if (named->size() == 1) id = named->front().text(0);
-    if (auto s = auth::revoke_token(db, user, id, system_now()); !s) return tl::unexpected(s.error());
+    auto id = auth::resolve_api_token(db, user, id_or_name);
+    if (!id) return tl::unexpected(id.error());
+    if (auto s = auth::revoke_token(db, user, *id, system_now()); !s) return tl::unexpected(s.error());
     return empty_response(204);
   };
   auto response = co_await ctx.app.store().write(std::move(revoke));
