@@ -1,6 +1,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include "api/problem.h"

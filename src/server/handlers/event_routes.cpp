@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include <boost/asio.hpp>
+#include <boost/json/serialize.hpp>
 
 #include "core/ids.h"
 #include "events/events.h"

@@ -1,4 +1,6 @@
 // GET /healthz, GET /metrics, GET /api/v1/openapi.json.
+#include <boost/json/serialize.hpp>
+
 #include "server/app.h"
 #include "server/openapi.h"
 
