@@ -57,6 +57,7 @@ class TestDaemon {
   ::testing::AssertionResult killed_at(const std::string& point,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
   int port() const { return port_; }
   const std::string& dir() const { return dir_; }
