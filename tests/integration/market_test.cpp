@@ -148,7 +148,8 @@ TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
 
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/a", "", user_).status, 202);
   ASSERT_EQ(daemon_.wait_for_state("a", "released", user_).at("state").as_string(), "released");
-  EXPECT_EQ(free_rtx(), 4);  // node-1 whole again; node-2's 2 remaining GPUs have no CPU
+  EXPECT_EQ(free_rtx(), 4) << "node-1 whole again; node-2's 2 remaining GPUs have no CPU; b is "
+                           << json::serialize(daemon_.get("/api/v1/instances/b", user_).json());
 }
 
 // The config seeds the price table; PUT /admin/prices changes it and the change survives
