@@ -1,7 +1,8 @@
 # Included by ctest after the discovered GoogleTest tests (TEST_INCLUDE_FILES, see
 # CMakeLists.txt): labels and limits come from the test's name, so a new test gets them by
 # being named right. The name's prefix tokens say what it needs:
-#   DOCKER_ (a Docker Engine and the base image), ROOT_ (root: nftables, netns), GPU_,
+#   DOCKER_ (a Docker Engine and the base image), ROOT_ (root: nftables, netns), GPU_ (or
+#   NVIDIA_GPU_: a real NVIDIA GPU and driver),
 #   POSTGRES_, BROWSER_ -> the lower-case label of the same name;
 #   SLOW_  -> label `slow` and a 300 s limit instead of 120 s;
 #   SERIAL_ -> runs alone (RUN_SERIAL): it restarts dockerd or changes global state.
@@ -18,8 +19,11 @@ foreach(binary unit integration)
       set(timeout 120)
     endif()
     set(serial FALSE)
-    while(name MATCHES "^(DOCKER|ROOT|GPU|POSTGRES|BROWSER|SLOW|SERIAL)_(.*)$")
+    while(name MATCHES "^(DOCKER|ROOT|GPU|NVIDIA_GPU|POSTGRES|BROWSER|SLOW|SERIAL)_(.*)$")
       set(token "${CMAKE_MATCH_1}")
+      if(token STREQUAL "NVIDIA_GPU")
+        set(token GPU)
+      endif()
       set(name "${CMAKE_MATCH_2}")
       if(token STREQUAL "SERIAL")
         set(serial TRUE)

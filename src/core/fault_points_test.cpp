@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
+#include <cctype>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 TEST(FaultPoints, EveryCallSiteIsRegisteredAndEveryRegisteredPointHasACallSite) {
   const fs::path src = fs::path(GPUCLOUD_SOURCE_DIR) / "src";
   ASSERT_TRUE(fs::is_directory(src)) << src;
-  const std::regex call(R"(\bfault_point\(\s*"([^"]*)\"\s*\))");
   std::map<std::string, std::string> sites;  // name -> first file using it
   for (const auto& entry : fs::recursive_directory_iterator(src)) {
     const auto path = entry.path();
@@ -30,8 +29,15 @@ TEST(FaultPoints, EveryCallSiteIsRegisteredAndEveryRegisteredPointHasACallSite) 
     std::stringstream text;
     text << std::ifstream(path).rdbuf();
     const std::string body = text.str();
-    for (std::sregex_iterator it(body.begin(), body.end(), call), end; it != end; ++it)
-      sites.emplace((*it)[1].str(), fs::relative(path, src).string());
+    // Plain searching, not std::regex: this reads every source file (regex took 3 s at -O0).
+    const std::string call = "fault_point(\"";
+    for (auto at = body.find(call); at != std::string::npos; at = body.find(call, at + 1)) {
+      if (at > 0 && (std::isalnum(static_cast<unsigned char>(body[at - 1])) || body[at - 1] == '_')) continue;
+      const auto begin = at + call.size();
+      const auto end = body.find('"', begin);
+      if (end == std::string::npos) break;
+      sites.emplace(body.substr(begin, end - begin), fs::relative(path, src).string());
+    }
   }
   ASSERT_FALSE(sites.empty()) << "no fault_point(\"...\") call found under " << src;
   const auto known = known_fault_points();
