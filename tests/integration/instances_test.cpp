@@ -84,6 +84,10 @@ class InstancesTest : public ::testing::Test {
  protected:
   // Skipping here (not in start()) skips the test body too.
   void SetUp() override { GPUCLOUD_NEED_ENGINE(); }
+  // The daemon's own things go with its TestDaemon (its lease); the key pair is ours.
+  void TearDown() override {
+    if (!key_.dir.empty()) shell("rm -rf '" + key_.dir + "'");
+  }
   void start(int gpus) {
     daemon_ = std::make_unique<TestDaemon>(DaemonOptions{config_with_gpus(gpus)});
     daemon_->start();
