@@ -1,6 +1,7 @@
 // The harness itself can fail: an unknown fault point, a point that never fires, a daemon
 // that dies behind the test's back, and a sanitizer report in its log each fail the test.
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,23 @@
 
 namespace gpucloud::testing {
 namespace {
+
+// GPUCLOUD_NEED inside a function of its own, as the fatal-failure check below needs.
+void need_a_missing_gpu() { GPUCLOUD_NEED("gpu", false, "no GPU on this machine"); }
+
+TEST(CapabilitiesTest, ARequiredCapabilityThatIsMissingFailsInsteadOfSkipping) {
+  const char* before = std::getenv("GPUCLOUD_REQUIRE");
+  const std::string saved = before ? before : "";
+  ::setenv("GPUCLOUD_REQUIRE", "docker, gpu", 1);
+  EXPECT_TRUE(capability_required("gpu"));
+  EXPECT_TRUE(capability_required("docker"));
+  EXPECT_FALSE(capability_required("root"));
+  EXPECT_FATAL_FAILURE(need_a_missing_gpu(), "required capability 'gpu' is missing");
+  ::setenv("GPUCLOUD_REQUIRE", "all", 1);
+  EXPECT_TRUE(capability_required("postgres"));
+  if (before) ::setenv("GPUCLOUD_REQUIRE", saved.c_str(), 1);
+  else ::unsetenv("GPUCLOUD_REQUIRE");
+}
 
 TEST(TestDaemonTest, AnUnknownFaultPointStopsTheDaemonAtStart) {
   TestDaemon daemon;
