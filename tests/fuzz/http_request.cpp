@@ -54,12 +54,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::size_t n = parser.put(boost::asio::buffer(data + used, size - used), ec);
     used += n;
     if (ec == http::error::need_more) {
+      // http::read would now wait for more bytes; there are none (all the input was given),
+      // so the peer has closed. Calling put() again without new bytes breaks Beast's
+      // preconditions (its chunk-header scan asserts), which the server never does.
       ec = {};
-      if (n == 0 || used >= size) {
-        if (parser.got_some()) parser.put_eof(ec);
-        break;
-      }
-      continue;
+      if (parser.got_some()) parser.put_eof(ec);
+      break;
     }
     if (ec) break;
     if (n == 0) break;
