@@ -758,6 +758,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
     slot.record = record;
     reserved_ips_.erase(record.ipv4);
+    fault_point("agent.ensure.after_record_saved");
 
     // 4. The init's inputs (read at every boot).
     auto config_changed = co_await write_init_config(id, secrets->authorized_keys, secrets->password_hash);
@@ -840,6 +841,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         made = co_await driver_->create(std::move(retry_spec));
       }
       if (!made) co_return fail(std::move(made.error()));
+      fault_point("agent.ensure.after_container_create");
       created = true;
       cpus_capped = made->cpus_capped;
       revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
@@ -882,7 +884,9 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     slot.record = record;
 
     // 7. Publish: the whole table, from every running instance of this installation.
+    fault_point("agent.ensure.before_firewall_apply");
     if (auto s = co_await apply_firewall(); !s) co_return fail(std::move(s.error()));
+    fault_point("agent.ensure.after_firewall_apply");
 
     const double applied = static_cast<double>(now->nano_cpus) / 1e9;
     if (!created) cpus_capped = now->nano_cpus > 0 && applied + 1e-6 < record.created_with.cpu;

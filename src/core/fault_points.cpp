@@ -1,14 +1,59 @@
 #include "core/fault_points.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <string>
 #include <unistd.h>
 
 namespace gpucloud {
+namespace {
+
+constexpr std::string_view kKnown[] = {
+    // control plane (server/handlers/instance_routes.cpp, instances/lifecycle.cpp)
+    "create.after_reservation_commit",
+    "create.after_engine",
+    "start.after_engine",
+    "stop.before_state_commit",
+    "release.before_state_commit",
+    // agent (agent/instance_runtime.cpp, InstanceRuntime::ensure)
+    "agent.ensure.after_record_saved",
+    "agent.ensure.after_container_create",
+    "agent.ensure.before_firewall_apply",
+    "agent.ensure.after_firewall_apply",
+    "rebuild.after_commit",
+};
+
+const char* armed_name() {
+  static const char* armed = std::getenv("GPUCLOUD_FAULT_POINT");
+  return armed && *armed ? armed : nullptr;
+}
+
+}  // namespace
+
+std::span<const std::string_view> known_fault_points() { return kKnown; }
+
+Status check_armed_fault_point() {
+  const char* armed = armed_name();
+  if (!armed) return {};
+  if (std::find(std::begin(kKnown), std::end(kKnown), std::string_view(armed)) != std::end(kKnown)) return {};
+  std::string known;
+  for (auto k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
+  return fail(ErrorCode::invalid_argument,
+              "GPUCLOUD_FAULT_POINT: '" + std::string(armed) + "' is not a fault point (known: " + known + ")");
+}
 
 void fault_point(std::string_view name) {
-  static const char* armed = std::getenv("GPUCLOUD_FAULT_POINT");
-  if (armed && name == armed) ::kill(::getpid(), SIGKILL);
+  const char* armed = armed_name();
+  if (!armed || name != armed) return;
+  // write(2), not stdio: unbuffered, so the line is on disk before the SIGKILL.
+  std::string line = "fault point " + std::string(name) + ": killing with SIGKILL\n";
+  for (std::size_t done = 0; done < line.size();) {
+    ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::kill(::getpid(), SIGKILL);
 }
 
 }  // namespace gpucloud

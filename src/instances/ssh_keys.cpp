@@ -49,7 +49,9 @@ Result<ParsedKey> parse_public_key(const std::string& raw) {
     return fail(ErrorCode::invalid_argument, "public_key: the key data is not valid base64");
   blob.resize(len);
   std::uint32_t type_len = (std::uint32_t{blob[0]} << 24) | (std::uint32_t{blob[1]} << 16) | (std::uint32_t{blob[2]} << 8) | blob[3];
-  if (type_len + 4 > blob.size() || std::string(blob.begin() + 4, blob.begin() + 4 + type_len) != parts[0])
+  // Compared without `type_len + 4`, which wraps around for a length near 2^32 (found by
+  // tests/fuzz/ssh_key: the string below then read far past the blob).
+  if (type_len > blob.size() - 4 || std::string(blob.begin() + 4, blob.begin() + 4 + type_len) != parts[0])
     return fail(ErrorCode::invalid_argument, "public_key: the key data does not match its type " + parts[0]);
   std::string comment;
   for (std::size_t i = 2; i < parts.size(); ++i) comment += (i > 2 ? " " : "") + parts[i];

@@ -87,7 +87,8 @@ asio::awaitable<void> HostRegistry::check_liveness() {
     bool alive = now - seen < unreachable_after_;
     if (alive == reachable_[name]) continue;
     reachable_[name] = alive;
-    auto update = [name, alive, now = clock_.now()](store::Database& db) -> Status {
+    // `name = name`: clang 14 cannot capture a structured binding by name (C++20 allows it).
+    auto update = [name = name, alive, now = clock_.now()](store::Database& db) -> Status {
       if (auto s = market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
           !s)
         return s;

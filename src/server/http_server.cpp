@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/app.h"
+#include "server/request_conversion.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -81,28 +82,6 @@ asio::awaitable<void> HttpServer::accept_loop() {
 }
 
 namespace {
-
-Request to_request(http::request<http::string_body>& in, const std::string& client, Result<void>& valid) {
-  Request out;
-  out.method = std::string(in.method_string());
-  out.client_address = client;
-  auto target = boost::urls::parse_origin_form(in.target());
-  if (!target) {
-    valid = fail(ErrorCode::invalid_argument, "request target is not a valid path");
-    return out;
-  }
-  out.path = std::string(target->path());
-  out.query_string = std::string(target->encoded_query());
-  out.headers.reserve(8);
-  for (const auto& field : in) {
-    std::string name(field.name_string());
-    for (char& c : name)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII only: no locale call per byte
-    out.headers.emplace_back(std::move(name), std::string(field.value()));
-  }
-  out.body = std::move(in.body());
-  return out;
-}
 
 http::response<http::string_body> to_beast(Response&& r, unsigned version, bool keep_alive) {
   http::response<http::string_body> out{static_cast<http::status>(r.status), version};

@@ -18,6 +18,7 @@
 #include "agent/loopback_transport.h"
 #include "agent/runtime/docker_engine_driver.h"
 #include "config/config.h"
+#include "core/fault_points.h"
 #include "server/app.h"
 #include "server/http_server.h"
 #include "store/meta.h"
@@ -117,6 +118,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(cli, argc, argv);
 
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
+  if (auto s = check_armed_fault_point(); !s) {
+    std::fprintf(stderr, "gpucloudd: %s\n", s.error().detail.c_str());
+    return 2;
+  }
   if (sodium_init() < 0) {
     std::fprintf(stderr, "gpucloudd: libsodium failed to initialise\n");
     return 1;

@@ -30,6 +30,8 @@
 #include "agent/runtime/docker_engine_driver.h"
 #include "agent/runtime/engine_client.h"
 #include "agent/runtime/runtime_driver.h"
+#include "support/capabilities.h"
+#include "support/test_resources.h"
 
 #ifndef GPUCLOUD_SOURCE_DIR
 #define GPUCLOUD_SOURCE_DIR "."
@@ -361,6 +363,10 @@ class DockerDriverTest : public ::testing::Test {
   static void SetUpTestSuite() {
     skip_reason_ = new std::string;
     installation_ = "test-" + random_hex(10);
+    // What the suite makes, for the next run's sweep should this process die first.
+    lease_ = new gpucloud::testing::ResourceLease;
+    lease_->add("containers-label", "gpucloud.installation=" + installation_);
+    lease_->add("network", "gpucloud-" + installation_);
     net::io_context ioc;
     DockerEngineDriver driver(ioc.get_executor(), driver_options());
     if (auto pong = run(ioc, driver.ping()); !pong) {
@@ -415,7 +421,7 @@ class DockerDriverTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
+    GPUCLOUD_NEED("docker", skip_reason_->empty(), *skip_reason_);
     driver_ = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
   }
 
@@ -482,6 +488,7 @@ class DockerDriverTest : public ::testing::Test {
   std::unique_ptr<DockerEngineDriver> driver_;
 
   static inline std::string* skip_reason_ = nullptr;
+  static inline gpucloud::testing::ResourceLease* lease_ = nullptr;  // lives as long as the process
   static inline std::string installation_;
   static inline std::string* network_ = nullptr;
   static inline bool network_ready_ = false;
@@ -577,7 +584,7 @@ TEST_F(DockerDriverTest, DOCKER_CpusAboveHostAreCapped) {
 }
 
 TEST_F(DockerDriverTest, DOCKER_SshLoginWithGeneratedKeyAndHostKeyMatches) {
-  if (shell("command -v ssh").first != 0) GTEST_SKIP() << "no ssh client installed";
+  GPUCLOUD_NEED("docker", shell("command -v ssh").first == 0, "no ssh client installed");
   const std::string key = client_key();
   auto s = spec("ssh");
   const auto known_hosts = (work_dir_ / "known_hosts_ssh").string();

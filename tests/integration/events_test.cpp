@@ -2,7 +2,6 @@
 // repeats nothing; users see only their own events.
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -22,12 +21,14 @@ std::vector<long> sse_ids(const TestDaemon& daemon, const std::string& token, co
   return ids;
 }
 
-void settle(const TestDaemon& daemon, const std::string& name, const std::string& token) {
-  for (int i = 0; i < 100; ++i) {
-    auto instance = daemon.get("/api/v1/instances/" + name, token).json();
-    if (instance.at("state").as_string() != "creating") return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+// Until the instance has left `creating` (it runs with an engine, fails without one).
+::testing::AssertionResult settle(const TestDaemon& daemon, const std::string& name, const std::string& token) {
+  return wait_until(
+      [&] {
+        auto instance = daemon.get("/api/v1/instances/" + name, token).json();
+        return instance.is_object() && instance.at("state").as_string() != "creating";
+      },
+      std::chrono::seconds(30), "instance " + name + " to leave creating");
 }
 
 TEST(EventsTest, StreamResumesAfterLastEventIdWithNoGapAndNoRepeat) {
@@ -37,11 +38,11 @@ TEST(EventsTest, StreamResumesAfterLastEventIdWithNoGapAndNoRepeat) {
   std::string bob = daemon.register_and_login("bob");
   // No-GPU instances: with an engine they run, without one they fail; both are events.
   ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "first"}, {"gpu_count", 0}}, alice).status, 202);
-  settle(daemon, "first", alice);
+  ASSERT_TRUE(settle(daemon, "first", alice));
   auto before = sse_ids(daemon, alice, "");
   ASSERT_GE(before.size(), 2u);
   ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "second"}, {"gpu_count", 0}}, alice).status, 202);
-  settle(daemon, "second", alice);
+  ASSERT_TRUE(settle(daemon, "second", alice));
   auto after = sse_ids(daemon, alice, std::to_string(before.back()));
   ASSERT_GE(after.size(), 2u);
   auto all = daemon.get("/api/v1/events", alice).json().at("items").as_array();
@@ -56,6 +57,7 @@ TEST(EventsTest, StreamResumesAfterLastEventIdWithNoGapAndNoRepeat) {
   EXPECT_TRUE(daemon.get("/api/v1/events", bob).json().at("items").as_array().empty());
   auto resource = daemon.get("/api/v1/events?resource=" + std::string(all.front().at("resource").as_string()), alice);
   auto by_resource = resource.json();
+  ASSERT_FALSE(by_resource.at("items").as_array().empty()) << resource.body;
   for (const auto& e : by_resource.at("items").as_array()) EXPECT_EQ(e.at("resource"), all.front().at("resource"));
   EXPECT_GE(daemon.get("/api/v1/events", daemon.admin_token()).json().at("items").as_array().size(), expected.size());
   EXPECT_EQ(daemon.get("/api/v1/events?since_seq=-1", alice).status, 400);

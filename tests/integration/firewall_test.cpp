@@ -47,6 +47,8 @@
 
 #include "agent/firewall/nftables.h"
 #include "agent/firewall/port_rules.h"
+#include "support/capabilities.h"
+#include "support/test_resources.h"
 
 namespace {
 
@@ -267,31 +269,37 @@ enum class BackendKind { plain, docker };
 class NftablesFirewallTest : public ::testing::TestWithParam<BackendKind> {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root (nftables, network namespaces)";
-    if (sh("command -v nft").first != 0) GTEST_SKIP() << "nft not installed (apt-get install nftables)";
-    if (sh("command -v ip").first != 0) GTEST_SKIP() << "ip not installed (apt-get install iproute2)";
+    GPUCLOUD_NEED("root", ::geteuid() == 0, "needs root (nftables, network namespaces)");
+    GPUCLOUD_NEED("root", sh("command -v nft").first == 0, "nft not installed (apt-get install nftables)");
+    GPUCLOUD_NEED("root", sh("command -v ip").first == 0, "ip not installed (apt-get install iproute2)");
     if (GetParam() == BackendKind::docker) {
-      if (docker("GET", "/_ping").status != 200) {
-        GTEST_SKIP() << "no Docker Engine answers on " << kDockerSocket
-                     << " (scripts/start-dockerd.sh starts one)";
-      }
-      if (docker("GET", "/images/" + test_image() + "/json").status != 200) {
-        GTEST_SKIP() << "image " << test_image() << " missing (scripts/build-base-image.sh builds it)";
-      }
+      GPUCLOUD_NEED("docker", docker("GET", "/_ping").status == 200,
+                    std::string("no Docker Engine answers on ") + kDockerSocket + " (scripts/start-dockerd.sh starts one)");
+      GPUCLOUD_NEED("docker", docker("GET", "/images/" + test_image() + "/json").status == 200,
+                    "image " + test_image() + " missing (scripts/build-base-image.sh builds it)");
     }
 
     id_ = random_hex(6);
     table_ = "gpucloud-test-" + id_;
     marker_ = "gpucloud-fw-" + id_;
     client_ns_ = "gpucloud-fwc-" + id_;
+    // Recorded before anything is made: if this process dies, the next run's sweep removes it.
+    lease_ = std::make_unique<gpucloud::testing::ResourceLease>();
+    lease_->add("nft-table", "ip " + table_);
+    lease_->add("iptables-comment", "DOCKER-USER gpucloud:" + table_);
+    lease_->add("netns", client_ns_);
+    lease_->add("netns", "gpucloud-fwb-" + id_);
+    lease_->add("container", "gpucloud-fwtest-" + id_);
+    lease_->add("network", "gpucloud-fwtest-" + id_);
     FileLock setup_lock(kSetupLockPath);
     pick_subnets();
     client_ip_ = net_ + ".2";
     host_ip_ = net_ + ".1";
 
     // The client host.
-    if (const auto [rc, out] = sh("ip netns add " + client_ns_); rc != 0) {
-      GTEST_SKIP() << "cannot make a network namespace here: " << out;
+    {
+      const auto [rc, out] = sh("ip netns add " + client_ns_);
+      GPUCLOUD_NEED("root", rc == 0, "cannot make a network namespace here: " + out);
     }
     client_ns_made_ = true;
     must("ip link add gfc" + id_ + "h type veth peer name gfc" + id_ + "c netns " + client_ns_);
@@ -310,8 +318,10 @@ class NftablesFirewallTest : public ::testing::TestWithParam<BackendKind> {
     }
     if (HasFatalFailure()) return;
 
-    tcp_host_port_ = random_int(41000, 48999);
-    udp_host_port_ = random_int(41000, 48999);
+    // Published ports from the cross-process allocator (held until this process exits).
+    const int base = gpucloud::testing::port_block();
+    tcp_host_port_ = base;
+    udp_host_port_ = base + 1;
     firewall_ = std::make_unique<NftablesFirewall>(table_);
   }
 
@@ -498,6 +508,7 @@ class NftablesFirewallTest : public ::testing::TestWithParam<BackendKind> {
   bool client_ns_made_ = false, backend_ns_made_ = false, network_made_ = false;
   int tcp_host_port_ = 0, udp_host_port_ = 0;
   std::unique_ptr<NftablesFirewall> firewall_;
+  std::unique_ptr<gpucloud::testing::ResourceLease> lease_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> servers_;
   std::vector<int> server_fds_;
@@ -615,7 +626,7 @@ TEST_P(NftablesFirewallTest, ROOT_ApplyIsIdempotentAndLeavesOtherTablesAlone) {
 // Where Docker's FORWARD policy drops, our DOCKER-USER rule is what lets allowed traffic in;
 // apply() puts it back when it went missing.
 TEST_P(NftablesFirewallTest, ROOT_DockerUserRuleIsRestoredByApply) {
-  if (!docker_user_chain_exists()) GTEST_SKIP() << "no DOCKER-USER chain on this host";
+  GPUCLOUD_NEED("docker", docker_user_chain_exists(), "no DOCKER-USER chain on this host");
   apply({"0.0.0.0/0"});
   ASSERT_TRUE(client_reaches());
   ASSERT_EQ(docker_user_rules(), 1);
@@ -677,8 +688,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, NftablesFirewallTest,
 
 // nft itself accepts what render_ruleset writes (checked with nft -c, not applied).
 TEST(NftablesScript, ROOT_RenderedScriptPassesNftCheck) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root (nft -c talks to the kernel)";
-  if (sh("command -v nft").first != 0) GTEST_SKIP() << "nft not installed (apt-get install nftables)";
+  GPUCLOUD_NEED("root", ::geteuid() == 0, "needs root (nft -c talks to the kernel)");
+  GPUCLOUD_NEED("root", sh("command -v nft").first == 0, "nft not installed (apt-get install nftables)");
   std::vector<PublishedPort> ports;
   auto add = [&](int host_port, std::string ip, int port, std::string proto,
                  std::vector<std::string> cidrs) {

@@ -12,7 +12,7 @@ namespace {
 namespace json = boost::json;
 
 std::string config_no_gpu() {
-  static int base = 38000 + static_cast<int>(std::hash<std::string>{}(random_suffix()) % 50) * 100;
+  static const int base = port_block();  // 200 ports: 100 per host
   return R"(
 [[zones]]
 name = "zone-a"
@@ -67,10 +67,6 @@ class InstanceApiTest : public ::testing::Test {
   void SetUp() override {
     daemon_.start();
     user_ = daemon_.register_and_login("apiuser");
-  }
-  void need_engine() {
-    if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
   }
   json::value create_running(const std::string& name) {
     auto r = daemon_.post("/api/v1/instances", {{"name", name}, {"gpu_count", 0}}, user_);
@@ -132,7 +128,7 @@ TEST_F(InstanceApiTest, CreateRefusesWhatThisInstallationCannotHonour) {
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   create_running("p1");
   auto patch = [&](const json::value& body) {
     return daemon_.request("PATCH", "/api/v1/instances/p1", json::serialize(body), user_);
@@ -161,7 +157,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_AReleasedInstanceAnswersReleasedAndEventsTakeItsName) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto created = create_running("r1");
   std::string id(created.at("id").as_string());
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/r1", "", user_).status, 202);
@@ -203,7 +199,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_AReleasedInstanceAnswersReleasedAndEventsTak
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   create_running("s1");
   auto restart = daemon_.post("/api/v1/instances/s1/restart", json::object{}, user_);
   ASSERT_EQ(restart.status, 202) << restart.body;
@@ -311,7 +307,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_SigtermWithEngineWorkInFlightExitsCleanly) {
 // The name is the hostname, and a no-GPU start runs at the no-GPU size: a stopped container
 // that cannot take either is rebuilt from its own filesystem, which keeps the system disk.
 TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepingTheSystemDisk) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto created = daemon_.post("/api/v1/instances", {{"name", "g1"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, user_);
   ASSERT_EQ(created.status, 202) << created.body;
   auto running = daemon_.wait_for_state("g1", "running", user_);
@@ -361,7 +357,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_RenameAndNoGpuStartRebuildTheContainerKeepin
 
 // The GPU limit binds a start as it binds a create, and never a no-GPU instance.
 TEST_F(InstanceApiTest, DOCKER_ROOT_GpuQuotaHoldsForStartsAndNotForNoGpuInstances) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto create = [&](const std::string& name, const json::object& extra) {
     json::object body{{"name", name}};
     for (const auto& [k, v] : extra) body[k] = v;
@@ -391,7 +387,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_GpuQuotaHoldsForStartsAndNotForNoGpuInstance
 }
 
 TEST_F(InstanceApiTest, DOCKER_ROOT_TheImageMarketSaysWhatTheEngineHolds) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto find = [&](const std::string& name) {
     auto images = daemon_.get("/api/v1/images", user_).json();
     for (const auto& i : images.at("items").as_array())
@@ -399,12 +395,14 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_TheImageMarketSaysWhatTheEngineHolds) {
     return json::value();
   };
   json::value missing;
-  for (int i = 0; i < 150; ++i) {  // the pull fails within seconds (no such registry)
-    missing = find("not-here");
-    if (!missing.is_null() && missing.at("state").as_string() == "error" && find("debian-12-base").at("size_bytes").as_int64() > 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  EXPECT_TRUE(wait_until(  // the pull fails within seconds (no such registry)
+      [&] {
+        missing = find("not-here");
+        return !missing.is_null() && missing.at("state").as_string() == "error" &&
+               find("debian-12-base").at("size_bytes").as_int64() > 0;
+      },
+      std::chrono::seconds(30), "the image refresh to fail the missing image and size the base one",
+      std::chrono::milliseconds(200)));
   ASSERT_FALSE(missing.is_null());
   EXPECT_EQ(missing.at("state").as_string(), "error") << missing;
   EXPECT_NE(missing.at("state_reason").as_string().find("gpucloud-no-such-registry.invalid/nothing:1"), std::string::npos)

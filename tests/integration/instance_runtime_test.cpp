@@ -36,6 +36,8 @@
 #include "agent/local_agent.h"
 #include "agent/runtime/docker_engine_driver.h"
 #include "config/config.h"
+#include "support/capabilities.h"
+#include "support/test_resources.h"
 
 #ifndef GPUCLOUD_SOURCE_DIR
 #define GPUCLOUD_SOURCE_DIR "."
@@ -85,10 +87,8 @@ std::string random_hex(int n) {
   return out;
 }
 
-int random_port() {
-  static std::mt19937 rng{std::random_device{}()};
-  return std::uniform_int_distribution<int>(20000, 29999)(rng);
-}
+// A host port no other test process uses (a block of the cross-process allocator).
+int random_port() { return gpucloud::testing::port_block(); }
 
 std::pair<int, std::string> shell(const std::string& command) {
   std::string out;
@@ -207,10 +207,12 @@ class InstanceRuntimeTest : public ::testing::Test {
     skip_reason_ = new std::string;
     if (::geteuid() != 0) {
       *skip_reason_ = "needs root (nftables)";
+      skip_capability_ = "root";
       return;
     }
     if (shell("command -v nft >/dev/null 2>&1").first != 0) {
       *skip_reason_ = "nft is not installed (apt-get install nftables)";
+      skip_capability_ = "root";
       return;
     }
     net::io_context ioc;
@@ -229,9 +231,16 @@ class InstanceRuntimeTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
+    GPUCLOUD_NEED(skip_capability_, skip_reason_->empty(), *skip_reason_);
     installation_ = "rt" + random_hex(8);
     table_ = "gpucloud-rt-" + random_hex(8);
+    // What this test makes, for the next run's sweep should this process die first.
+    lease_ = std::make_unique<gpucloud::testing::ResourceLease>();
+    lease_->add("containers-label", "gpucloud.installation=" + installation_);
+    lease_->add("images-label", "gpucloud.installation=" + installation_);
+    lease_->add("network", "gpucloud-" + installation_);
+    lease_->add("nft-table", "ip " + table_);
+    lease_->add("iptables-comment", "DOCKER-USER gpucloud:" + table_);
     work_dir_ = fs::temp_directory_path() / ("gpucloud-rt-" + installation_);
     state_dir_ = work_dir_ / "state";
     fs::create_directories(work_dir_);
@@ -332,6 +341,8 @@ class InstanceRuntimeTest : public ::testing::Test {
 
   static inline std::string* skip_reason_ = nullptr;
   InstanceRuntime::Options runtime_options_;
+  static inline const char* skip_capability_ = "docker";
+  std::unique_ptr<gpucloud::testing::ResourceLease> lease_;
   std::string installation_;
   std::string table_;
   fs::path work_dir_, state_dir_;
@@ -347,7 +358,7 @@ std::string str(const json::object& o, const char* key) {
 }
 
 TEST_F(InstanceRuntimeTest, DOCKER_ROOT_EnsureRunningPublishesSshAndIsIdempotent) {
-  if (shell("command -v ssh >/dev/null 2>&1").first != 0) GTEST_SKIP() << "no ssh client installed";
+  GPUCLOUD_NEED("docker", shell("command -v ssh >/dev/null 2>&1").first == 0, "no ssh client installed");
   const int port = random_port();
   const auto t0 = Clock::now();
   const auto first = must("instance.ensure", desired("i1", "running", port), "ensure-1");

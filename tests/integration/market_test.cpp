@@ -10,7 +10,11 @@ namespace gpucloud::testing {
 namespace {
 namespace json = boost::json;
 
-const char* kThreeHosts = R"(
+// Three hosts with 60 ports each from one block of the test port allocator.
+std::string three_hosts() {
+  static const int base = port_block();
+  auto range = [](int from) { return std::to_string(from) + "-" + std::to_string(from + 59); };
+  return R"(
 [[zones]]
 name = "zone-a"
 [[zones]]
@@ -21,7 +25,7 @@ name = "node-1"
 zone = "zone-a"
 cpu = 32
 memory_gib = 128
-port_range = "30000-30099"
+port_range = ")" + range(base) + R"("
 simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 4 } ]
 
 [[hosts]]
@@ -29,7 +33,7 @@ name = "node-2"
 zone = "zone-a"
 cpu = 16            # CPU for only 2 of its 4 GPUs at 8 cores each
 memory_gib = 128
-port_range = "30100-30199"
+port_range = ")" + range(base + 60) + R"("
 simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 4 } ]
 
 [[hosts]]
@@ -37,7 +41,7 @@ name = "node-3"
 zone = "zone-b"
 cpu = 64
 memory_gib = 512
-port_range = "30200-30299"
+port_range = ")" + range(base + 120) + R"("
 simulated_gpus = [ { model = "A100", memory_gib = 80, count = 2 } ]
 
 [[offers]]
@@ -56,6 +60,8 @@ price_per_gpu_hour = 798
 price_per_gpu_week = 100000
 price_per_gpu_month = 390000
 )";
+}
+const std::string kThreeHosts = three_hosts();
 
 json::object find_offer(const json::value& market, const std::string& zone, const std::string& model) {
   for (const auto& item : market.at("items").as_array()) {
@@ -107,8 +113,7 @@ TEST_F(MarketTest, OffersCountOnlyGpusWithTheirCpuAndMemory) {
 // instance explains, so reservations made behind the daemon's back do not last (the store and
 // scheduler alone are covered by market/reservations_test.cpp).
 TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
-  if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  GPUCLOUD_NEED_ENGINE();
   auto free_rtx = [&] {
     return find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-a", "RTX 4090").at("gpus_free").as_int64();
   };
@@ -135,14 +140,16 @@ TEST_F(MarketTest, DOCKER_ROOT_FreeCountsFollowInstancesCreatedAndReleased) {
   ASSERT_EQ(hosts.status, 200);
   int held = 0;
   auto parsed_hosts = hosts.json();
+  ASSERT_EQ(parsed_hosts.at("items").as_array().size(), 3u);
   for (const auto& h : parsed_hosts.at("items").as_array())
     for (const auto& g : h.at("gpus").as_array())
       if (g.at("instance").is_string()) ++held;
   EXPECT_EQ(held, 5);
 
   ASSERT_EQ(daemon_.request("DELETE", "/api/v1/instances/a", "", user_).status, 202);
-  daemon_.wait_for_state("a", "released", user_);
-  EXPECT_EQ(free_rtx(), 4);  // node-1 whole again; node-2's 2 remaining GPUs have no CPU
+  ASSERT_EQ(daemon_.wait_for_state("a", "released", user_).at("state").as_string(), "released");
+  EXPECT_EQ(free_rtx(), 4) << "node-1 whole again; node-2's 2 remaining GPUs have no CPU; b is "
+                           << json::serialize(daemon_.get("/api/v1/instances/b", user_).json());
 }
 
 // The config seeds the price table; PUT /admin/prices changes it and the change survives
@@ -194,7 +201,9 @@ TEST_F(MarketTest, AHostNoLongerRegisteredIsUnreachable) {
   EXPECT_EQ(state_of("node-3"), "unreachable");
   EXPECT_EQ(state_of("node-1"), "ready");
   auto a100 = find_offer(daemon_.get("/api/v1/market", user_).json(), "zone-b", "A100");
-  if (!a100.empty()) EXPECT_EQ(a100.at("gpus_free").as_int64(), 0);
+  if (!a100.empty()) {
+    EXPECT_EQ(a100.at("gpus_free").as_int64(), 0);
+  }
   auto refused = daemon_.post("/api/v1/instances", {{"name", "x"}, {"zone", "zone-b"}, {"gpu_model", "A100"}, {"gpu_count", 1}}, user_);
   EXPECT_EQ(refused.status, 409) << refused.body;
   bool told = false;

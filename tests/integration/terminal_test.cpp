@@ -2,7 +2,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
-#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -50,14 +49,13 @@ struct TerminalClient {
 };
 
 TEST(TerminalTest, DOCKER_ROOT_EchoResizeOwnerOnlyAndADroppedSocketEndsTheExec) {
-  if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  GPUCLOUD_NEED_ENGINE();
   TestDaemon daemon(DaemonOptions{R"(
 [[hosts]]
 name = "node-1"
 cpu = 4
 memory_gib = 16
-port_range = "36500-36599"
+port_range = ")" + port_range() + R"("
 [no_gpu_offer]
 cpu = 1
 memory_gib = 1
@@ -99,12 +97,8 @@ price_per_hour = 10
   };
   EXPECT_GE(execs_running(), 1);
   beast::get_lowest_layer(client.ws).socket().close();
-  bool ended = false;
-  for (int i = 0; i < 50 && !ended; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ended = execs_running() == 0;
-  }
-  EXPECT_TRUE(ended) << "the shell's exec is still running after its socket dropped";
+  EXPECT_TRUE(wait_until([&] { return execs_running() == 0; }, std::chrono::seconds(10),
+                         "the shell's exec to end after its socket dropped", std::chrono::milliseconds(200)));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -109,14 +111,30 @@ std::string TestDaemon::installation_id() const {
 
 boost::json::value TestDaemon::wait_for_state(const std::string& name, const std::string& state, const std::string& token,
                                               std::chrono::milliseconds timeout) const {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   boost::json::value last;
-  while (std::chrono::steady_clock::now() < deadline) {
+  int last_status = 0;
+  std::string seen, terminal;
+  auto reached = [&] {
     auto r = get("/api/v1/instances/" + name, token);
+    last_status = r.status;
     last = r.json();
-    if (r.status == 200 && last.at("state").as_string() == state) return last;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+    if (r.status != 200 || !last.is_object() || !last.as_object().contains("state")) return false;
+    seen = std::string(last.at("state").as_string());
+    if (seen == state) return true;
+    if (seen == "error" || seen == "released") terminal = seen;
+    return !terminal.empty();
+  };
+  auto waited = wait_until(reached, timeout, "instance " + name + " to be " + state, std::chrono::milliseconds(100));
+  if (waited && terminal.empty()) return last;
+  std::string reason = "(none)";
+  if (last.is_object() && last.as_object().contains("state_reason") && last.at("state_reason").is_string())
+    reason = std::string(last.at("state_reason").as_string());
+  if (!terminal.empty())
+    ADD_FAILURE() << "instance " << name << " reached terminal state " << terminal << " while waiting for " << state
+                  << "; reason: " << reason << "\n" << boost::json::serialize(last);
+  else
+    ADD_FAILURE() << waited.message() << "; last answer HTTP " << last_status << ", state "
+                  << (seen.empty() ? "(none)" : seen) << ", reason: " << reason << "\n" << boost::json::serialize(last);
   return last;
 }
 
@@ -127,6 +145,33 @@ std::string random_suffix() {
   return s;
 }
 
+namespace {
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")";
+  return "stopped oddly (status " + std::to_string(status) + ")";
+}
+
+// Lines a sanitizer (or the C++ runtime) writes when it finds a bug in the daemon.
+constexpr const char* kCrashMarkers[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                                         "SUMMARY: UndefinedBehaviorSanitizer", "WARNING: ThreadSanitizer",
+                                         "terminate called"};
+
+std::string tail_lines(const std::string& text, int lines) {
+  std::size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (int n = 0; n < lines; ++n) {
+    auto nl = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) return text;
+    pos = nl;
+  }
+  return text.substr(pos + 1);
+}
+
+}  // namespace
+
 TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   dir_ = (fs::temp_directory_path() / ("gpucloud-it-" + random_suffix())).string();
   data_dir_ = dir_ + "/data";
@@ -136,29 +181,54 @@ TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   }
 }
 
-TestDaemon::~TestDaemon() {
-  if (pid_ > 0) kill9();
-  // Remove what this installation made on the engine and in nftables (only its own).
-  std::string id = installation_id();
-  if (!id.empty() && docker_available()) {
-    std::string ids = shell("curl -s --unix-socket /var/run/docker.sock -G 'http://x/v1.41/containers/json' "
-                            "--data-urlencode all=1 --data-urlencode 'filters={\"label\":[\"gpucloud.installation=" + id +
-                            "\"]}' | python3 -c 'import json,sys;[print(c[\"Id\"]) for c in json.load(sys.stdin)]'");
-    std::stringstream lines(ids);
-    for (std::string c; std::getline(lines, c);)
-      if (!c.empty()) docker_api("DELETE", "/containers/" + c + "?force=1");
-    docker_api("DELETE", "/networks/gpucloud-" + id);
-    shell("nft delete table ip gpucloud-" + id + " 2>/dev/null");
-    // The firewall's one DOCKER-USER rule for this installation's table (see agent/firewall).
-    shell("iptables -D DOCKER-USER -m connmark --mark 0x10000000/0x10000000 -m comment --comment gpucloud:gpucloud-" +
-          id + " -j ACCEPT 2>/dev/null");
-  }
-  std::error_code ec;
-  if (!std::getenv("GPUCLOUD_KEEP_TEST_DIRS")) fs::remove_all(dir_, ec);
+std::string TestDaemon::log_path(int generation) const { return dir_ + "/daemon-" + std::to_string(generation) + ".log"; }
+
+void TestDaemon::note_problem(const std::string& what) { problems_.push_back(what); }
+
+int TestDaemon::wait_exit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  bool exited = wait_until([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout, "gpucloudd to exit",
+                           std::chrono::milliseconds(10));
+  if (!exited) return -1;
+  pid_ = -1;
+  return status;
 }
 
-void TestDaemon::start() {
-  std::string out_path = dir_ + "/daemon-" + std::to_string(generation_++) + ".log";
+TestDaemon::~TestDaemon() {
+  if (pid_ > 0) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      note_problem("gpucloudd (pid " + std::to_string(pid_) + ") died during the test: it " + describe_status(status));
+      pid_ = -1;
+    } else {
+      stop();
+    }
+  }
+  std::string logs = log();
+  for (const char* marker : kCrashMarkers)
+    if (logs.find(marker) != std::string::npos) note_problem(std::string("the daemon's log reports '") + marker + "'");
+  // Remove what this installation made on the engine and in nftables (only its own).
+  if (lease_) {
+    lease_->clean();
+    lease_.reset();
+  }
+  const bool keep = !problems_.empty() || ::testing::Test::HasFailure() || std::getenv("GPUCLOUD_KEEP_TEST_DIRS");
+  if (!problems_.empty()) {
+    std::string all;
+    for (const auto& p : problems_) all += "  - " + p + "\n";
+    ADD_FAILURE() << "gpucloudd misbehaved:\n" << all << "logs kept in " << dir_ << " (latest: " << log_path(generation_ - 1)
+                  << "); its last lines:\n" << tail_lines(logs, 40);
+  } else if (::testing::Test::HasFailure()) {
+    std::cerr << "gpucloudd logs kept in " << dir_ << "\n";
+  }
+  std::error_code ec;
+  if (!keep) fs::remove_all(dir_, ec);
+}
+
+void TestDaemon::start(const std::string& armed_fault_point) {
+  std::string out_path = log_path(generation_++);
+  armed_ = armed_fault_point;
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -167,6 +237,7 @@ void TestDaemon::start() {
     dup2(fd, 2);
     setenv("GPUCLOUD_ADMIN_PASSWORD", options_.admin_password.c_str(), 1);
     for (const auto& [k, v] : options_.env) setenv(k.c_str(), v.c_str(), 1);
+    if (!armed_fault_point.empty()) setenv("GPUCLOUD_FAULT_POINT", armed_fault_point.c_str(), 1);
     std::vector<std::string> args = {GPUCLOUD_BIN_DIR "/gpucloudd", "--listen", "127.0.0.1:0", "--data-dir", data_dir_};
     if (!options_.config_toml.empty()) {
       args.push_back("--config");
@@ -179,33 +250,60 @@ void TestDaemon::start() {
     execv(argv[0], argv.data());
     _exit(127);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
+  bool exited = false;
+  auto listening = [&] {
     std::ifstream in(out_path);
     std::string line;
     while (std::getline(in, line)) {
       auto pos = line.find("gpucloudd listening on ");
       if (pos != std::string::npos) {
         port_ = std::stoi(line.substr(line.rfind(':') + 1));
-        return;
+        return true;
       }
     }
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("gpucloudd exited at start:\n" + log());
+      exited = true;
+      return true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return false;
+  };
+  if (!wait_until(listening, std::chrono::seconds(30), "gpucloudd to listen", std::chrono::milliseconds(20)))
+    throw std::runtime_error("gpucloudd did not start in 30 s:\n" + log());
+  if (exited) throw std::runtime_error("gpucloudd exited at start:\n" + log());
+  if (!lease_) {
+    // The first start made the installation: record what it will make so that a sweep
+    // removes it if this test process dies before its teardown.
+    std::string id = installation_id();
+    if (!id.empty()) {
+      lease_ = std::make_unique<ResourceLease>();
+      lease_->add("containers-label", "gpucloud.installation=" + id);
+      lease_->add("images-label", "gpucloud.installation=" + id);
+      lease_->add("network", "gpucloud-" + id);
+      lease_->add("nft-table", "ip gpucloud-" + id);
+      lease_->add("iptables-comment", "DOCKER-USER gpucloud:gpucloud-" + id);
+    }
   }
-  throw std::runtime_error("gpucloudd did not start in 30 s:\n" + log());
 }
 
 int TestDaemon::stop() {
   if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
   int status = 0;
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    note_problem("gpucloudd had died before it was stopped: it " + describe_status(status));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  kill(pid_, SIGTERM);
+  // The daemon gives in-flight requests 10 s (HttpServer::shutdown), then exits.
+  status = wait_exit(std::chrono::seconds(20));
+  if (status == -1) {
+    note_problem("gpucloudd did not exit within 20 s of SIGTERM (killed with SIGKILL)");
+    kill9();
+    return 128 + SIGKILL;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) note_problem("on SIGTERM gpucloudd " + describe_status(status));
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -215,6 +313,27 @@ void TestDaemon::kill9() {
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
+}
+
+::testing::AssertionResult TestDaemon::killed_at(const std::string& point, std::chrono::milliseconds timeout) {
+  if (armed_ != point)
+    return ::testing::AssertionFailure() << "the daemon was started with fault point '" << armed_ << "', not '" << point << "'";
+  if (pid_ <= 0) return ::testing::AssertionFailure() << "no daemon is running";
+  int status = wait_exit(timeout);
+  if (status == -1)
+    return ::testing::AssertionFailure() << "fault point " << point << " did not fire within " << timeout.count()
+                                         << " ms (the daemon is still running); log tail:\n"
+                                         << tail_lines(log(), 20);
+  std::stringstream ss;
+  ss << std::ifstream(log_path(generation_ - 1)).rdbuf();
+  const std::string line = "fault point " + point + ": killing with SIGKILL";
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+    return ::testing::AssertionFailure() << "the daemon armed with " << point << " " << describe_status(status)
+                                         << ", not by SIGKILL; log tail:\n" << tail_lines(ss.str(), 20);
+  if (ss.str().find(line) == std::string::npos)
+    return ::testing::AssertionFailure() << "the daemon died of SIGKILL but its log lacks '" << line << "'; log tail:\n"
+                                         << tail_lines(ss.str(), 20);
+  return ::testing::AssertionSuccess();
 }
 
 std::string TestDaemon::log() const {

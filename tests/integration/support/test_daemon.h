@@ -3,12 +3,18 @@
 // HTTP and through the real CLI: the integration tests' only window into the system.
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/json.hpp>
+#include <gtest/gtest.h>
 #include <sys/types.h>
+
+#include "support/capabilities.h"
+#include "support/test_resources.h"
+#include "support/wait.h"
 
 namespace gpucloud::testing {
 
@@ -31,16 +37,27 @@ struct DaemonOptions {
   std::map<std::string, std::string> env = {{"GPUCLOUD_AGENT_TRANSPORT", "loopback-json"}};
 };
 
+// At teardown a TestDaemon fails the test (ADD_FAILURE) when its daemon died on its own, did
+// not exit cleanly on SIGTERM, or wrote a sanitizer report; the daemon's logs are then kept
+// (their path and tail are printed). They are also kept when the test failed otherwise.
 class TestDaemon {
  public:
   explicit TestDaemon(DaemonOptions options = {});
   ~TestDaemon();
   TestDaemon(const TestDaemon&) = delete;
 
-  void start();             // spawns and waits for "listening on"
-  int stop();               // SIGTERM, waits; returns the exit status
-  void kill9();
+  // Spawns and waits for "listening on". With `armed_fault_point`, this run of the daemon
+  // has GPUCLOUD_FAULT_POINT set to it (see core/fault_points.h).
+  void start(const std::string& armed_fault_point = "");
+  int stop();               // SIGTERM, waits; returns the exit status (128+N for signal N)
+  void kill9();             // SIGKILL on purpose (never counted as a failure)
   void restart() { stop(); start(); }
+  // Waits for the daemon armed with `point` to die; success only if it died of SIGKILL and
+  // its log says that point fired. ASSERT_TRUE(daemon.killed_at("create.after_engine")).
+  ::testing::AssertionResult killed_at(const std::string& point,
+                                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }  // the running daemon's process id (-1 when stopped)
@@ -61,17 +78,26 @@ class TestDaemon {
   std::string login(const std::string& username, const std::string& password) const;
   std::string admin_token() const { return login("admin", options_.admin_password); }
   std::string installation_id() const;  // from the store's meta table
-  // Polls GET /instances/NAME until it reaches `state` (or `timeout` passes); returns the last answer.
+  // Polls GET /instances/NAME until it reaches `state`; returns the last answer. Fails the
+  // test (ADD_FAILURE, naming the last state and its reason) when `timeout` passes or when the
+  // instance reaches a terminal state (error, released) other than `state`, at once.
   boost::json::value wait_for_state(const std::string& name, const std::string& state, const std::string& token,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
  private:
+  std::string log_path(int generation) const;
+  void note_problem(const std::string& what);  // a failure found at stop or teardown
+  int wait_exit(std::chrono::milliseconds timeout);  // status, or -1 when still alive
+
   DaemonOptions options_;
   std::string dir_;
   std::string data_dir_;
   pid_t pid_ = -1;
   int port_ = 0;
   int generation_ = 0;
+  std::string armed_;                 // the fault point armed in the current run
+  std::vector<std::string> problems_;  // reported once, at teardown
+  std::unique_ptr<ResourceLease> lease_;
 };
 
 struct CliResult {
@@ -88,7 +114,7 @@ std::string random_suffix();
 
 // Shell helpers for tests that look at the engine and the firewall directly.
 std::string shell(const std::string& command);  // stdout of `sh -c command`
-bool docker_available();                        // an engine answers and the base image exists
+bool docker_available();                        // an engine answers and the base image exists (cached)
 std::string docker_api(const std::string& method, const std::string& path, const std::string& body = "");
 
 }  // namespace gpucloud::testing

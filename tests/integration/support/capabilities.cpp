@@ -1,0 +1,31 @@
+#include "support/capabilities.h"
+
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+
+bool capability_required(std::string_view capability) {
+  const char* env = std::getenv("GPUCLOUD_REQUIRE");
+  if (!env) return false;
+  std::string_view list(env);
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    auto item = list.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item == capability || item == "all") return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+bool have_root() { return ::geteuid() == 0; }
+
+bool have_docker() { return docker_available(); }
+
+}  // namespace gpucloud::testing
