@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "auth/credentials.h"
+#include "support/capabilities.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -314,8 +315,7 @@ TEST_F(AuthSecurityTest, EventStreamsOfARevokedTokenOrADisabledUserCloseWithinTw
 }
 
 TEST_F(AuthSecurityTest, DOCKER_ROOT_TheTerminalOfARevokedTokenClosesWithinTwoSeconds) {
-  if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
-  if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+  GPUCLOUD_NEED_ENGINE();
   TestDaemon daemon(DaemonOptions{R"(
 [[hosts]]
 name = "node-1"

@@ -237,7 +237,7 @@ TEST_F(InstanceApiTest, TheInstancesQuotaRefusesTheOneTooMany) {
 
 // A restart goes stopping -> starting -> running on the same GPUs, and counts as one instance.
 TEST_F(InstanceApiTest, DOCKER_ROOT_RestartReachesRunningOnTheSameGpus) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto r = daemon_.post("/api/v1/instances", {{"name", "rs"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, user_);
   ASSERT_EQ(r.status, 202) << r.body;
   auto before = daemon_.wait_for_state("rs", "running", user_);
@@ -263,7 +263,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_RestartReachesRunningOnTheSameGpus) {
 // agree, so the next instance that gets that host port runs (it used to go to `error`:
 // "host port ... is already published").
 TEST_F(InstanceApiTest, DOCKER_ROOT_PortsDroppedWhileStoppedAreFreeForTheNextInstance) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto a = daemon_.post("/api/v1/instances", {{"name", "pa"}, {"gpu_count", 0}, {"ports", json::array{22, 8888}}}, user_);
   ASSERT_EQ(a.status, 202) << a.body;
   daemon_.wait_for_state("pa", "running", user_);
@@ -292,7 +292,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PortsDroppedWhileStoppedAreFreeForTheNextIns
 // SIGTERM while the engine is creating a container: the daemon waits for the step, exits 0,
 // and (under the sanitizers in CI) reports no use-after-free; the next start finishes it.
 TEST_F(InstanceApiTest, DOCKER_ROOT_SigtermWithEngineWorkInFlightExitsCleanly) {
-  need_engine();
+  GPUCLOUD_NEED_ENGINE();  // in the test body: a skip in a helper would not stop the test
   auto a = daemon_.post("/api/v1/instances", {{"name", "term"}, {"gpu_count", 0}}, user_);
   ASSERT_EQ(a.status, 202) << a.body;
   EXPECT_EQ(daemon_.stop(), 0) << daemon_.log();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/capabilities.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -49,8 +50,7 @@ class RebuildTest : public ::testing::Test {
     return env;
   }
   void SetUp() override {
-    if (!docker_available()) GTEST_SKIP() << "needs a Docker Engine and gpucloud/base:bookworm-1";
-    if (geteuid() != 0) GTEST_SKIP() << "needs root (nftables)";
+    GPUCLOUD_NEED_ENGINE();
     daemon_.start();
     user_ = daemon_.register_and_login("rebuilder");
   }

@@ -57,7 +57,6 @@ class TestDaemon {
   ::testing::AssertionResult killed_at(const std::string& point,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
   bool running() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
 
   int port() const { return port_; }
   pid_t pid() const { return pid_; }  // the running daemon's process id (-1 when stopped)
