@@ -117,7 +117,8 @@ class FakeAgent : public agent::HostAgent {
 class LifecycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = store::Store::open(temp_db(), 2);
+    db_path_ = temp_db();
+    auto s = store::Store::open(db_path_, 2);
     ASSERT_TRUE(s);
     store_ = std::move(*s);
     config_.public_host = "127.0.0.1";
@@ -160,6 +161,10 @@ class LifecycleTest : public ::testing::Test {
     service_->stop_background();
     while (!agent_->parked.empty()) agent_->release_one();
     pump([] { return false; }, std::chrono::milliseconds(50));
+    service_.reset();
+    store_.reset();
+    std::error_code ec;
+    fs::remove_all(fs::path(db_path_).parent_path(), ec);
   }
 
   // Runs the loop until `done` holds (or the deadline passes); returns `done()`.
@@ -237,6 +242,7 @@ class LifecycleTest : public ::testing::Test {
   std::unique_ptr<FakeAgent> agent_;
   std::unique_ptr<InstanceService> service_;
   std::string user_;
+  std::string db_path_;
 };
 
 TEST_F(LifecycleTest, CreateRunsStopFreesTheGpuAndCountsTheRun) {
