@@ -208,7 +208,7 @@ asio::awaitable<Response> App::handle(Request& request) {
 Result<Response> App::replay_or_refuse(const store::Claim& claim) {
   switch (claim.outcome) {
     case store::ClaimOutcome::replay: {
-      Response r{claim.answer->status, "application/json", claim.answer->body, {}};
+      Response r{claim.answer->status, "application/json", claim.answer->body, {}, {}, {}};
       r.headers.emplace_back("Idempotent-Replayed", "true");
       return r;
     }

@@ -23,16 +23,16 @@ std::map<std::string, std::string> Request::query() const {
 }
 
 Response json_response(int status, const boost::json::value& body) {
-  return Response{status, "application/json", boost::json::serialize(body), {}};
+  return Response{status, "application/json", boost::json::serialize(body), {}, {}, {}};
 }
 
 Response problem_response(const Error& error) {
-  Response r{http_status(error.code), api::kProblemContentType, api::problem_body(error), {}};
+  Response r{http_status(error.code), api::kProblemContentType, api::problem_body(error), {}, {}, {}};
   if ((error.code == ErrorCode::rate_limited || error.code == ErrorCode::unavailable) && error.retry_after_seconds > 0)
     r.headers.emplace_back("Retry-After", std::to_string(error.retry_after_seconds));
   return r;
 }
 
-Response empty_response(int status) { return Response{status, "", "", {}}; }
+Response empty_response(int status) { return Response{status, "", "", {}, {}, {}}; }
 
 }  // namespace gpucloud::server

@@ -153,6 +153,54 @@ TEST_F(InstancesTest, DOCKER_ROOT_CreateSshLimitsStopStartRelease) {
       << "its rules are removed";
 }
 
+// api.md: "ports ... apply to a running instance within 2 s".
+TEST_F(InstancesTest, DOCKER_ROOT_APortAddedByPatchAnswersWithinTwoSeconds) {
+  start(1);
+  ASSERT_EQ(create("web", user_).status, 202);
+  auto running = daemon_->wait_for_state("web", "running", user_);
+  int rc = -1;
+  ssh_run(running, key_, "cd /tmp && (setsid python3 -m http.server 8000 >/dev/null 2>&1 < /dev/null &) ; sleep 0.3", &rc);
+  ASSERT_EQ(rc, 0);
+  auto patched = daemon_->request("PATCH", "/api/v1/instances/web", R"({"ports": [22, 8000]})", user_);
+  const auto answered = std::chrono::steady_clock::now();
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  std::int64_t host_port = 0;
+  const json::value answer = patched.json();  // named: a range-for over a temporary's part dangles
+  for (const auto& p : answer.at("ports").as_array())
+    if (p.at("port").as_int64() == 8000) host_port = p.at("host_port").as_int64();
+  ASSERT_NE(host_port, 0) << patched.body;
+  std::string code;
+  const bool served = static_cast<bool>(wait_until(
+      [&] {
+        code = shell("curl -s -o /dev/null -w '%{http_code}' --max-time 1 http://127.0.0.1:" + std::to_string(host_port) + "/");
+        return code == "200";
+      },
+      std::chrono::seconds(2), "the new port to answer", std::chrono::milliseconds(50)));
+  EXPECT_TRUE(served) << "last answer " << code << " after "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - answered).count()
+                      << " ms";
+}
+
+// The in-process agent, called directly (every other daemon test goes through the JSON
+// loopback transport): the same create, SSH and release.
+TEST_F(InstancesTest, DOCKER_ROOT_TheInProcessAgentWithoutTheJsonLoopbackRunsInstances) {
+  DaemonOptions options{config_with_gpus(1)};
+  options.env.erase("GPUCLOUD_AGENT_TRANSPORT");
+  daemon_ = std::make_unique<TestDaemon>(options);
+  daemon_->start();
+  user_ = daemon_->register_and_login("alice");
+  key_ = make_key();
+  ASSERT_EQ(daemon_->post("/api/v1/ssh-keys", {{"name", "laptop"}, {"public_key", key_.public_key}}, user_).status, 201);
+  ASSERT_EQ(create("direct", user_).status, 202);
+  auto running = daemon_->wait_for_state("direct", "running", user_);
+  int rc = -1;
+  EXPECT_EQ(ssh_run(running, key_, "hostname", &rc), "direct\n");
+  EXPECT_EQ(rc, 0);
+  ASSERT_EQ(daemon_->request("DELETE", "/api/v1/instances/direct", "", user_).status, 202);
+  auto released = daemon_->wait_for_state("direct", "released", user_);
+  EXPECT_EQ(released.at("state").as_string(), "released");
+}
+
 TEST_F(InstancesTest, DOCKER_ROOT_PasswordLoginOnlyWhenGivenAndNeverInTheContainerConfig) {
   start(2);
   const std::string password = "s3cret-pass-word";

@@ -134,7 +134,7 @@ asio::awaitable<Result<Response>> stream_events(RequestContext& ctx) {
   auto q = co_await resolve_names(ctx.app, *parsed);
   if (!q) co_return tl::unexpected(q.error());
   q->limit = 500;
-  Response r{200, "text/event-stream", "", {{"X-Accel-Buffering", "no"}}, {}};
+  Response r{200, "text/event-stream", "", {{"X-Accel-Buffering", "no"}}, {}, {}};
   App* app = &ctx.app;
   r.stream = [app, query = *q, token = App::bearer_token(ctx.request), principal = ctx.caller()](StreamSink& sink) {
     return sse_loop(app, query, &sink, token, principal);

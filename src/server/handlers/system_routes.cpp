@@ -15,13 +15,13 @@ namespace {
 asio::awaitable<Result<Response>> healthz(RequestContext&) {
   // Built once: this is the HTTP layer's ceiling in benchmarks, so it does no work.
   static const std::string body = json::serialize(json::object{{"status", "ok"}, {"version", GPUCLOUD_VERSION}});
-  co_return Response{200, "application/json", body, {}};
+  co_return Response{200, "application/json", body, {}, {}, {}};
 }
 
 asio::awaitable<Result<Response>> metrics(RequestContext& ctx) {
   ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", "Platform-clock timers waiting to fire.",
                               static_cast<double>(ctx.app.clock().pending_timers()));
-  co_return Response{200, "text/plain; version=0.0.4", ctx.app.metrics().render(), {}};
+  co_return Response{200, "text/plain; version=0.0.4", ctx.app.metrics().render(), {}, {}, {}};
 }
 
 asio::awaitable<Result<Response>> openapi(RequestContext& ctx) {
