@@ -28,6 +28,10 @@ def main():
     print(f"\n{len(cases)} tests, {total:.1f} s of test time in all; the {min(n, len(cases))} slowest:")
     for t, name, status in cases[:n]:
         print(f"  {t:7.1f} s  {name}" + ("" if status in ("run", "passed") else f"  [{status}]"))
+    # The run's last line, in the plain form CI tools read.
+    failed = sum(1 for _, _, st in cases if st in ("FAILED", "fail", "failed"))
+    skipped = sum(1 for _, _, st in cases if st in ("skipped", "notrun", "disabled"))
+    print(f"tests: {len(cases) - failed - skipped} passed, {failed} failed, {skipped} skipped")
 
 
 if __name__ == "__main__":
