@@ -198,7 +198,13 @@ int TestDaemon::wait_exit(std::chrono::milliseconds timeout) {
 TestDaemon::~TestDaemon() {
   if (pid_ > 0) {
     int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    // A killed daemon's main thread shows as a zombie while its other threads still exit, and
+    // waitpid reports it only after them: a zombie leader is waited for, not sent SIGTERM.
+    std::string stat;
+    std::getline(std::ifstream("/proc/" + std::to_string(pid_) + "/stat"), stat);
+    auto close_paren = stat.rfind(')');
+    const bool zombie = close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] == 'Z';
+    if (waitpid(pid_, &status, zombie ? 0 : WNOHANG) == pid_) {
       note_problem("gpucloudd (pid " + std::to_string(pid_) + ") died during the test: it " + describe_status(status));
       pid_ = -1;
     } else {
