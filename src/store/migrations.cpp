@@ -241,6 +241,65 @@ CREATE INDEX gpu_reservations_by_reservation ON gpu_reservations(reservation_id)
     {7, R"sql(
 ALTER TABLE instances ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
 )sql"},
+    // Data disks, their snapshots, and per-user quota overrides. A disk lives on one host;
+    // names are unique per owner among disks that are not deleted (the recycle bin's
+    // `deleted` ones free their name, `destroyed` rows are kept for events' sake and hidden).
+    // A mount path is taken once per instance. `generation` is every write's compare-and-set
+    // key and the fence of the agent's disk commands; `applied_size_gib` is what the agent last
+    // confirmed, so a grow it has not made yet is re-sent after a crash.
+    {8, R"sql(
+CREATE TABLE disks (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  zone TEXT NOT NULL,
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  size_gib INTEGER NOT NULL CHECK (size_gib > 0),
+  applied_size_gib INTEGER NOT NULL DEFAULT 0,
+  used_bytes INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL CHECK (state IN ('creating', 'available', 'attached', 'deleting', 'deleted', 'error', 'destroyed')),
+  state_reason TEXT NOT NULL DEFAULT '',
+  instance_id TEXT REFERENCES instances(id),
+  mount_path TEXT,
+  delete_on_release INTEGER NOT NULL DEFAULT 0,
+  from_snapshot TEXT,
+  generation INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  deleted_at INTEGER,
+  purge_warned INTEGER NOT NULL DEFAULT 0,
+  CHECK ((instance_id IS NULL) = (mount_path IS NULL))
+);
+CREATE UNIQUE INDEX disks_live_name ON disks(owner, name) WHERE state NOT IN ('deleted', 'deleting', 'destroyed');
+CREATE UNIQUE INDEX disks_one_mount_path ON disks(instance_id, mount_path) WHERE instance_id IS NOT NULL;
+CREATE INDEX disks_by_owner ON disks(owner, created_at, id);
+CREATE INDEX disks_by_instance ON disks(instance_id);
+CREATE TABLE snapshots (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  disk_id TEXT NOT NULL REFERENCES disks(id),
+  host_id TEXT NOT NULL REFERENCES hosts(id),
+  zone TEXT NOT NULL,
+  size_gib INTEGER NOT NULL CHECK (size_gib > 0),
+  used_bytes INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL CHECK (state IN ('creating', 'available', 'deleting', 'deleted', 'error', 'destroyed')),
+  state_reason TEXT NOT NULL DEFAULT '',
+  generation INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  deleted_at INTEGER,
+  purge_warned INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX snapshots_live_name ON snapshots(owner, name) WHERE state NOT IN ('deleted', 'deleting', 'destroyed');
+CREATE INDEX snapshots_by_owner ON snapshots(owner, created_at, id);
+CREATE INDEX snapshots_by_disk ON snapshots(disk_id);
+CREATE TABLE user_quotas (
+  user_id TEXT PRIMARY KEY REFERENCES users(id),
+  gpus INTEGER CHECK (gpus >= 0),
+  instances INTEGER CHECK (instances >= 0),
+  disk_gib INTEGER CHECK (disk_gib >= 0),
+  images INTEGER CHECK (images >= 0)
+);
+)sql"},
 };
 
 }  // namespace
