@@ -165,6 +165,7 @@ int run_cli(const std::vector<std::string>& args, Deps& deps) {
   add_market_commands(app, registry);
   add_instance_commands(app, registry);
   add_key_commands(app, registry);
+  add_disk_commands(app, registry);
   add_admin_commands(app, registry);
   add_connect_commands(app, registry);
 

@@ -12,6 +12,8 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include "disks/disk_record.h"
+
 namespace gpucloud::cli {
 namespace {
 
@@ -615,6 +617,70 @@ TEST_F(CliAppTest, AdminClockAdvance) {
   EXPECT_EQ(run({"admin", "clock", "advance", "1d"}), 0) << err_.str();
   EXPECT_EQ(body_of(last()), (json::object{{"advance_seconds", 86400}}));
   EXPECT_EQ(out_.str(), "Platform clock is now 2025-01-02T00:00:00Z.\n");
+}
+
+
+// Disk answers come from the server's own serializer, so a renamed field fails here.
+std::string disk_answer(disks::DiskState state, std::int64_t size_gib = 100) {
+  disks::Disk d;
+  d.id = "d-abc";
+  d.name = "data";
+  d.owner = "u-1";
+  d.zone = "zone-a";
+  d.host_name = "node-1";
+  d.size_gib = size_gib;
+  d.used_bytes = 3 << 20;
+  d.state = state;
+  d.created_at = SysTime{} + std::chrono::hours(24 * 365 * 55);
+  return json::serialize(disks::disk_json(d));
+}
+
+TEST_F(CliAppTest, DiskCreateWaitsUntilAvailable) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/disks", 202, disk_answer(disks::DiskState::creating));
+  server_.on("GET", "/api/v1/disks/d-abc", 200, disk_answer(disks::DiskState::creating));
+  server_.on("GET", "/api/v1/disks/d-abc", 200, disk_answer(disks::DiskState::available));
+  EXPECT_EQ(run({"disk", "create", "data", "--size", "100", "--zone", "zone-a"}), 0) << err_.str();
+  auto sent = body_of(server_.requests.front());
+  EXPECT_EQ(sent.at("name").as_string(), "data");
+  EXPECT_EQ(sent.at("size_gib").as_int64(), 100);
+  EXPECT_EQ(sent.at("zone").as_string(), "zone-a");
+  EXPECT_FALSE(server_.requests.front().header("Idempotency-Key").empty());
+  EXPECT_NE(out_.str().find("Disk data (d-abc) created: 100 GiB, available."), std::string::npos) << out_.str();
+  EXPECT_NE(err_.str().find("creating… available"), std::string::npos) << err_.str();
+}
+
+TEST_F(CliAppTest, DiskCreateNeedsASizeOrASnapshot) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  EXPECT_EQ(run({"disk", "create", "data"}), 2);
+  EXPECT_TRUE(server_.requests.empty());
+}
+
+TEST_F(CliAppTest, DiskLsShowsSizeUseStateAndWhereItIsMounted) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  json::value d = json::parse(disk_answer(disks::DiskState::attached));
+  d.as_object()["instance"] = "i-1";
+  d.as_object()["mount_path"] = "/root/data";
+  server_.on("GET", "/api/v1/disks", 200, json::serialize(json::object{{"items", json::array{d}}, {"next_cursor", nullptr}}));
+  EXPECT_EQ(run({"disk", "ls"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("data"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("100 GiB"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("3 MiB"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("/root/data"), std::string::npos) << out_.str();
+}
+
+TEST_F(CliAppTest, DiskAttachDetachAndRmSendTheirRequests) {
+  env_["GPUCLOUD_TOKEN"] = "t";
+  server_.on("POST", "/api/v1/disks/data/attach", 200, disk_answer(disks::DiskState::attached));
+  EXPECT_EQ(run({"disk", "attach", "data", "train-1", "--path", "/mnt/x"}), 0) << err_.str();
+  EXPECT_EQ(body_of(last()).at("instance").as_string(), "train-1");
+  EXPECT_EQ(body_of(last()).at("mount_path").as_string(), "/mnt/x");
+  server_.problem("POST", "/api/v1/disks/data/detach", 409, "conflict", "the instance is running; stop it first");
+  EXPECT_EQ(run({"disk", "detach", "data"}), 1);
+  EXPECT_NE(err_.str().find("stop it first"), std::string::npos) << err_.str();
+  server_.on("DELETE", "/api/v1/disks/data", 202, disk_answer(disks::DiskState::deleted));
+  EXPECT_EQ(run({"disk", "rm", "data"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("recycle bin"), std::string::npos) << out_.str();
 }
 
 }  // namespace

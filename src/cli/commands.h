@@ -13,6 +13,7 @@ void add_auth_commands(CLI::App& app, Registry& registry);
 void add_market_commands(CLI::App& app, Registry& registry);
 void add_instance_commands(CLI::App& app, Registry& registry);
 void add_key_commands(CLI::App& app, Registry& registry);
+void add_disk_commands(CLI::App& app, Registry& registry);     // disk ..., snapshot ...
 void add_admin_commands(CLI::App& app, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
 

@@ -22,6 +22,11 @@ constexpr std::string_view kKnown[] = {
     "agent.ensure.before_firewall_apply",
     "agent.ensure.after_firewall_apply",
     "rebuild.after_commit",
+    // data disks (disks/disk_service.cpp, server/handlers/disk_routes.cpp)
+    "disk.after_create_commit",
+    "disk.after_agent",
+    "disk.destroy.before_state_commit",
+    "snapshot.after_agent",
 };
 
 const char* armed_name() {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "auth/user_quotas.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
+#include "market/hosts.h"
 #include "market/prices.h"
 #include "market/reservations.h"
 
@@ -49,7 +51,9 @@ Result<Instance> find_for(store::Database& db, const Actor& actor, const std::st
 
 Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& id, const CreateRequest& spec, SysTime now) {
-  const auto& quotas = config.quotas;
+  auto limits = auth::effective_quotas(db, config.quotas, actor.user_id);
+  if (!limits) return fail(limits.error());
+  const auto& quotas = *limits;
   auto usage = instance_usage(db, actor.user_id, std::nullopt);
   if (!usage) return fail(usage.error());
   if (usage->instances + 1 > quotas.instances)
@@ -88,11 +92,25 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
+  // Existing data disks pin the instance to their host (a disk attaches only on its own host).
+  auto disk_host = disks::check_instance_disks(db, config, actor, spec.data_disks);
+  if (!disk_host) return fail(disk_host.error());
   scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib, {}};
-  auto reservation = market::reserve(db, id, request, std::nullopt, now);
-  if (!reservation) return fail(reservation.error());
+  auto reservation = market::reserve(db, id, request, *disk_host, now);
+  if (!reservation) {
+    Error e = reservation.error();
+    if (*disk_host && e.code == ErrorCode::no_capacity) e.detail = "on the host of its data disks: " + e.detail;
+    return tl::unexpected(e);
+  }
   i.host_id = reservation->host_id;
   if (auto s = begin_instance(db, i, now); !s) return fail(s.error());
+  auto host = market::find_host(db, reservation->host_id);
+  if (!host) return fail(host.error());
+  const std::string disk_zone = *host ? (*host)->zone : i.zone;
+  if (auto s = disks::attach_instance_disks(db, actor.user_id, id, reservation->host_id, disk_zone,
+                                            spec.data_disks, spec.new_disk_ids, now);
+      !s)
+    return fail(s.error());
   auto ports = allocate_ports(db, id, reservation->host_id, spec.ports);
   if (!ports) return fail(ports.error());
   return reload(db, id);
@@ -132,8 +150,10 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
     // A start takes GPUs again: the same limit as a create (spec, "Quotas").
     auto usage = instance_usage(db, i.owner, i.id);
     if (!usage) return fail(usage.error());
-    if (usage->gpus_held + i.gpu_count > cfg.quotas.gpus)
-      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(cfg.quotas.gpus) +
+    auto limits = auth::effective_quotas(db, cfg.quotas, i.owner);
+    if (!limits) return fail(limits.error());
+    if (usage->gpus_held + i.gpu_count > limits->gpus)
+      return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(limits->gpus) +
                                                  " GPUs held at once; you hold " + std::to_string(usage->gpus_held) +
                                                  "; start it with no_gpu to reach its data");
   }

@@ -10,16 +10,13 @@
 #include "config/config.h"
 #include "core/result.h"
 #include "core/time_format.h"
+#include "disks/disk_actions.h"
+#include "instances/actor.h"
 #include "instances/instance_record.h"
 #include "store/database.h"
 
 namespace gpucloud::instances {
 
-// Who acts: a user on their own instances, or the operator (and the platform's timers) on any.
-struct Actor {
-  std::string user_id;
-  bool operator_role = false;
-};
 
 struct CreateRequest {
   std::string name, zone, image;
@@ -33,6 +30,9 @@ struct CreateRequest {
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";
   bool auto_renew = true;
+  // New disks made with the instance, or available ones attached to it (spec: data_disks).
+  std::vector<disks::InstanceDataDisk> data_disks;
+  std::vector<std::string> new_disk_ids;  // one per new disk, in order (made by the caller)
 };
 
 struct PatchRequest {

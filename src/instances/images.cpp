@@ -135,3 +135,11 @@ Status record_engine_image(store::Database& db, const Image& image, const Engine
 }
 
 }  // namespace gpucloud::instances
+
+namespace gpucloud::instances {
+Result<std::int64_t> private_image_count(store::Database& db, const std::string& owner) {
+  auto row = db.one("SELECT COUNT(*) FROM images WHERE owner = ? AND visibility = 'private'", {owner});
+  if (!row) return fail(row.error());
+  return (*row)->int64(0);
+}
+}  // namespace gpucloud::instances

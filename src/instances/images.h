@@ -50,3 +50,8 @@ struct EngineImage {
 Status record_engine_image(store::Database& db, const Image& image, const EngineImage& seen, const std::string& host_name);
 
 }  // namespace gpucloud::instances
+
+namespace gpucloud::instances {
+// Custom images counting against the owner's `images` quota (those in the recycle bin too).
+Result<std::int64_t> private_image_count(store::Database& db, const std::string& owner);
+}  // namespace gpucloud::instances

@@ -91,6 +91,11 @@ Status attach_details(store::Database& db, Instance& i) {
     i.gpu_uuids.push_back(g.text(0));
     i.gpus_simulated = i.gpus_simulated || g.int64(1) != 0;
   }
+  auto disks = db.all("SELECT id, mount_path FROM disks WHERE instance_id = ? AND state != 'destroyed' "
+                      "ORDER BY mount_path, id",
+                      {i.id});
+  if (!disks) return fail(disks.error());
+  for (const auto& d : *disks) i.data_disks.push_back(Instance::AttachedDisk{d.text(0), d.text(1)});
   return ok();
 }
 
@@ -288,7 +293,9 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["image"] = i.image_id;
   o["image_name"] = i.image_name;
   o["no_gpu"] = i.no_gpu;
-  o["data_disks"] = json::array{};
+  json::array disks;
+  for (const auto& d : i.data_disks) disks.push_back(json::object{{"id", d.id}, {"mount_path", d.mount_path}});
+  o["data_disks"] = std::move(disks);
   o["security_group"] = nullptr;
   o["ssh"] = std::move(ssh);
   o["ssh_keys"] = std::move(keys);

@@ -48,6 +48,10 @@ struct Instance {
   std::vector<PortBinding> ports;
   std::vector<std::string> gpu_uuids;  // of the active reservation
   bool gpus_simulated = false;
+  struct AttachedDisk {
+    std::string id, mount_path;
+  };
+  std::vector<AttachedDisk> data_disks;  // read only (the disks attached to it)
 };
 
 Status insert_instance(store::Database& db, const Instance& instance);

@@ -8,6 +8,8 @@
 
 #include "core/fault_points.h"
 #include "core/ids.h"
+#include "disks/disk_record.h"
+#include "disks/disk_service.h"
 #include "events/events.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
@@ -52,6 +54,7 @@ namespace {
 struct EnsureInputs {
   std::string engine_image;
   std::string authorized_keys;
+  json::array data_disks;  // [{"disk_id", "mount_path"}]: the disks the agent mounts
 };
 
 std::string observed_string(const json::object& o, const char* key) {
@@ -80,6 +83,11 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
       auto key = find_ssh_key(db, i.owner, key_id);
       if (key) in.authorized_keys += key->public_key + "\n";
     }
+    auto disks = disks::disks_of_instance(db, i.id);
+    if (!disks) return fail(disks.error());
+    for (const auto& d : *disks)
+      if (d.state == disks::DiskState::attached && d.mount_path)
+        in.data_disks.push_back(json::object{{"disk_id", d.id}, {"mount_path", *d.mount_path}});
     return in;
   };
   auto inputs = co_await store_.read(std::move(resolve));
@@ -103,6 +111,7 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
                        {"gpu_uuids", std::move(gpus)},
                        {"gpus_simulated", i.gpus_simulated},
                        {"ports", std::move(ports)},
+                       {"data_disks", std::move(inputs->data_disks)},
                        {"authorized_keys", inputs->authorized_keys},
                        {"password_hash", i.password_hash ? json::value(*i.password_hash) : json::value(nullptr)}};
   // Arguments are named locals: g++ 12 mishandles string literals inside co_await expressions.
@@ -214,7 +223,12 @@ asio::awaitable<Status> InstanceService::apply_observation(const Instance& i, co
 asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) {
   const S from = i.state;
   if (from == S::creating || from == S::starting) {
-    auto observed = co_await ensure(i, S::running);
+    // Its data disks first: a container must never start without the disks it was given.
+    Status disks_ready = ok();
+    if (disks_) disks_ready = co_await disks_->prepare_instance(i.id);
+    Result<json::object> observed = fail(ErrorCode::internal, "not sent");
+    if (disks_ready) observed = co_await ensure(i, S::running);
+    else observed = fail(disks_ready.error());
     if (from == S::creating) fault_point("create.after_engine");
     else fault_point("start.after_engine");
     auto now = clock_.now();
@@ -281,7 +295,9 @@ asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) 
       if (auto s = transition(db, **current, next, Transition{S::released, "", {}}, now); !s) return fail(s.error());
       return false;
     };
-    co_return co_await store_.write(std::move(record));
+    auto released = co_await store_.write(std::move(record));
+    if (released && disks_) co_await disks_->rearm_recycle_bin();  // delete_on_release disks went to the bin
+    co_return released;
   }
   co_return false;
 }

@@ -19,6 +19,10 @@
 #include "instances/instance_record.h"
 #include "store/store.h"
 
+namespace gpucloud::disks {
+class DiskService;
+}
+
 namespace gpucloud::instances {
 
 class InstanceService {
@@ -26,6 +30,9 @@ class InstanceService {
   InstanceService(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store,
                   PlatformClock& clock, agent::HostAgent& agent);
   ~InstanceService();
+  // The disks' service: an instance's new data disks are made before its container starts,
+  // and a release hands its disks back. Without one (tests), disks are only passed through.
+  void use_disks(disks::DiskService& service) { disks_ = &service; }
 
   // Makes the engine match the recorded state of `id`, soon (coalesces repeated kicks).
   // Everything that talks to the agent about one instance (converge, refresh, reconcile's
@@ -83,6 +90,7 @@ class InstanceService {
   store::Store& store_;
   PlatformClock& clock_;
   agent::HostAgent& agent_;
+  disks::DiskService* disks_ = nullptr;
   std::set<std::string> converging_;
   std::set<std::string> dirty_;
   std::set<std::string> refresh_wanted_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "disks/disk_actions.h"
 #include "market/reservations.h"
 
 namespace gpucloud::instances {
@@ -46,8 +47,11 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   // Reservations and ports follow the state (releasing keeps both until the container is gone).
   if (!holds_reservation(to))
     if (auto r = market::release_reservation(db, loaded.id, now); !r) return fail(r.error());
-  if (to == InstanceState::released)
+  if (to == InstanceState::released) {
     if (auto s = free_ports(db, loaded.id); !s) return s;
+    // Data disks outlive the instance: detached and kept, or binned when delete_on_release.
+    if (auto s = disks::release_instance_disks(db, loaded.id, now); !s) return s;
+  }
 
   if (to != from) return record_state_event(db, next, now);
   return ok();

@@ -8,7 +8,8 @@
 //   - closes the run's accounting when a run ends (run_seconds up to `ended_at`, the
 //     container's real exit when the agent reported one) and opens it on `running`;
 //   - frees the reservation when the instance stops holding one (stopped, error, released;
-//     a restart keeps it), and the host ports on release;
+//     a restart keeps it), and the host ports on release; at release the data disks are
+//     detached and kept (or binned, when made with delete_on_release);
 //   - records the `instance.<state>` event.
 // Billing meters will hang off the same place.
 #include <optional>

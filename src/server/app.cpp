@@ -39,6 +39,9 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_instance_routes(*this);
   register_ssh_key_routes(*this);
   register_image_routes(*this);
+  register_disk_routes(*this);
+  register_snapshot_routes(*this);
+  register_quota_routes(*this);
   register_event_routes(*this);
   register_terminal_routes(*this);
   // Short and lower-case: it goes into container, network and nftables names.
@@ -53,7 +56,10 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
+  disks_ = std::make_unique<disks::DiskService>(loop_, config_, *store_, *clock_, hosts_->agent());
   instances_ = std::make_unique<instances::InstanceService>(loop_, config_, *store_, *clock_, hosts_->agent());
+  instances_->use_disks(*disks_);
+  disks_->start_background();  // disks and snapshots left half-made, usage, the recycle bin's timer
   instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();

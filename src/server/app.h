@@ -18,6 +18,7 @@
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "disks/disk_service.h"
 #include "instances/lifecycle.h"
 #include "server/auth_cache.h"
 #include "server/host_registry.h"
@@ -88,6 +89,7 @@ class App {
   bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }
   instances::InstanceService& instances() { return *instances_; }
+  disks::DiskService& disks() { return *disks_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
 
@@ -135,6 +137,7 @@ class App {
   bool shutting_down_ = false;
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;
+  std::unique_ptr<disks::DiskService> disks_;
   std::unique_ptr<instances::InstanceService> instances_;
   std::string installation_id_;
 };
@@ -193,6 +196,9 @@ void register_market_routes(App& app);
 void register_instance_routes(App& app);
 void register_ssh_key_routes(App& app);
 void register_image_routes(App& app);
+void register_disk_routes(App& app);
+void register_snapshot_routes(App& app);
+void register_quota_routes(App& app);
 void register_event_routes(App& app);
 void register_terminal_routes(App& app);
 

@@ -91,17 +91,18 @@ Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_c
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
 asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, asio::io_context& io) {
   app.instances().stop_background();
+  app.disks().stop_background();
   co_await http.shutdown(std::chrono::seconds(10));  // in-flight requests finish first
   // Engine work under way finishes too (a step is short; a crash mid-step is recovered at
   // the next start anyway): destroying its coroutines under it would free what it still uses.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   asio::steady_timer tick(io);
-  while (app.instances().busy() && std::chrono::steady_clock::now() < deadline) {
+  while ((app.instances().busy() || app.disks().busy()) && std::chrono::steady_clock::now() < deadline) {
     tick.expires_after(std::chrono::milliseconds(20));
     boost::system::error_code ec;
     co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  if (app.instances().busy()) spdlog::warn("{}", R"({"event":"stopping_with_engine_work_in_flight"})");
+  if (app.instances().busy() || app.disks().busy()) spdlog::warn("{}", R"({"event":"stopping_with_engine_work_in_flight"})");
   io.stop();
 }
 

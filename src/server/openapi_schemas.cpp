@@ -314,10 +314,56 @@ json::object component_schemas() {
                       {"port_range", str("MIN-MAX host ports for published instance ports")},
                       {"gpus", array_of(ref("HostGpu"))},
                       {"last_seen", nullable(time())}});
+  s["Disk"] = answer({{"id", str("d-...")},
+                      {"name", str()},
+                      {"owner", str()},
+                      {"zone", str()},
+                      {"host", str("The host it lives on; it attaches only to instances there")},
+                      {"size_gib", integer()},
+                      {"used_bytes", integer("Bytes in use on its filesystem, as its host last reported")},
+                      {"state", one_of({"creating", "available", "attached", "deleting", "deleted", "error"})},
+                      {"state_reason", nullable(str("Why it is in error"))},
+                      {"instance", nullable(str("The instance it is attached to"))},
+                      {"mount_path", nullable(str("Where it is mounted in that instance"))},
+                      {"delete_on_release", boolean("Deleted (to the recycle bin) when its instance is released")},
+                      {"from_snapshot", nullable(str("The snapshot it was made from"))},
+                      {"created_at", time()},
+                      {"deleted_at", nullable(time("When it went to the recycle bin"))}});
+  s["Snapshot"] = answer({{"id", str("snap-...")},
+                          {"name", str()},
+                          {"owner", str()},
+                          {"disk", str("The disk it was taken of")},
+                          {"zone", str()},
+                          {"host", str()},
+                          {"size_gib", integer("The disk's size when it was taken")},
+                          {"used_bytes", integer()},
+                          {"state", one_of({"creating", "available", "deleting", "deleted", "error"})},
+                          {"state_reason", nullable(str())},
+                          {"created_at", time()},
+                          {"deleted_at", nullable(time())}});
+  s["QuotaUse"] = answer({{"gpus", integer("GPUs held by instances that run or will")},
+                          {"instances", integer("Instances not released")},
+                          {"disk_gib", integer("GiB of data disks, the recycle bin's included")},
+                          {"images", integer("Custom images")}});
+  s["QuotaLimits"] = answer({{"gpus", integer()}, {"instances", integer()}, {"disk_gib", integer()}, {"images", integer()}});
+  s["MyQuota"] = answer({{"gpus", integer("The limit that binds")},
+                         {"instances", integer()},
+                         {"disk_gib", integer()},
+                         {"images", integer()},
+                         {"used", ref("QuotaUse")}});
+  s["UserQuota"] = answer({{"gpus", nullable(integer("The user's own limit; null: the config's default"))},
+                           {"instances", nullable(integer())},
+                           {"disk_gib", nullable(integer())},
+                           {"images", nullable(integer())},
+                           {"user", str()},
+                           {"effective", ref("QuotaLimits")},
+                           {"defaults", ref("QuotaLimits")},
+                           {"used", ref("QuotaUse")}});
   json::object prices = price_schemas(s);
   s["PriceTable"] = std::move(prices);
   s["Clock"] = answer({{"now", time("The platform time after the advance")}});
-  for (std::string_view item : {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host"})
+  for (std::string_view item :
+       {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk", "Snapshot"})
     s[std::string(item) + "List"] = list_of(item);
 
   // Request bodies.
@@ -341,6 +387,21 @@ json::object component_schemas() {
                                  {"email", nullable(str())}},
                                 {"username", "password"});
   s["AdminUserUpdate"] = object({{"disabled", boolean()}, {"role", one_of({"user", "admin"})}});
+  s["DiskCreate"] = object({{"name", with(str(), "pattern", kNamePattern)},
+                            {"zone", str("Default: the only zone; a disk from a snapshot lives where the snapshot does")},
+                            {"host", str("A host of the zone (name or id); default: the one with most free GPUs")},
+                            {"size_gib", with(with(integer(), "minimum", 1), "maximum", 65536)},
+                            {"from_snapshot", str("snap-... or its name: the new disk holds the snapshot's data")}},
+                           {"name"});
+  s["DiskAttach"] = object({{"instance", str("A stopped instance on the disk's host: id or name")},
+                            {"mount_path", with(str("Absolute; not /, not a system directory"), "default", "/root/data")}},
+                           {"instance"});
+  s["DiskResize"] = object({{"size_gib", with(integer("Grow only"), "minimum", 1)}}, {"size_gib"});
+  s["SnapshotCreate"] = object({{"name", with(str(), "pattern", kNamePattern)}}, {"name"});
+  s["QuotaUpdate"] = object({{"gpus", nullable(with(integer(), "minimum", 0))},
+                             {"instances", nullable(with(integer(), "minimum", 0))},
+                             {"disk_gib", nullable(with(integer(), "minimum", 0))},
+                             {"images", nullable(with(integer(), "minimum", 0))}});
   s["ClockAdvance"] = object({{"advance_seconds", with(with(integer(), "minimum", 0), "maximum", 10LL * 365 * 86400)}},
                              {"advance_seconds"});
   return s;
@@ -440,6 +501,48 @@ const std::vector<OperationSpec>& operation_specs() {
        .errors = {400}, .query = page},
       {.method = "GET", .pattern = "/api/v1/images/{id}", .operation_id = "getImage", .status = 200, .response = "Image",
        .errors = {404}},
+      // data disks and snapshots
+      {.method = "POST", .pattern = "/api/v1/disks", .operation_id = "createDisk", .status = 202, .response = "Disk",
+       .request = "DiskCreate", .idempotent = true, .errors = {400, 403, 409}},
+      {.method = "GET", .pattern = "/api/v1/disks", .operation_id = "listDisks", .status = 200, .response = "DiskList",
+       .errors = {400},
+       .query = {limit, cursor,
+                 {"state", "string", "Only disks in this state (default: all but deleted); deleted: the recycle bin",
+                  {"creating", "available", "attached", "deleting", "deleted", "error"}},
+                 {"all", "boolean", "true: the operator sees every user's disks"}}},
+      {.method = "GET", .pattern = "/api/v1/disks/{id}", .operation_id = "getDisk", .status = 200, .response = "Disk",
+       .errors = {404}},
+      {.method = "DELETE", .pattern = "/api/v1/disks/{id}", .operation_id = "deleteDisk", .status = 202, .response = "Disk",
+       .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/disks/{id}/attach", .operation_id = "attachDisk", .status = 200,
+       .response = "Disk", .request = "DiskAttach", .errors = {400, 404, 409}},
+      {.method = "POST", .pattern = "/api/v1/disks/{id}/detach", .operation_id = "detachDisk", .status = 200,
+       .response = "Disk", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/disks/{id}/resize", .operation_id = "resizeDisk", .status = 202,
+       .response = "Disk", .request = "DiskResize", .errors = {400, 403, 404, 409}},
+      {.method = "POST", .pattern = "/api/v1/disks/{id}/restore", .operation_id = "restoreDisk", .status = 200,
+       .response = "Disk", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/disks/{id}/snapshots", .operation_id = "createSnapshot", .status = 202,
+       .response = "Snapshot", .request = "SnapshotCreate", .idempotent = true, .errors = {400, 404, 409}},
+      {.method = "GET", .pattern = "/api/v1/snapshots", .operation_id = "listSnapshots", .status = 200,
+       .response = "SnapshotList", .errors = {400},
+       .query = {limit, cursor,
+                 {"state", "string", "Only snapshots in this state (default: all but deleted)",
+                  {"creating", "available", "deleting", "deleted", "error"}},
+                 {"all", "boolean", "true: the operator sees every user's snapshots"}}},
+      {.method = "GET", .pattern = "/api/v1/snapshots/{id}", .operation_id = "getSnapshot", .status = 200,
+       .response = "Snapshot", .errors = {404}},
+      {.method = "DELETE", .pattern = "/api/v1/snapshots/{id}", .operation_id = "deleteSnapshot", .status = 202,
+       .response = "Snapshot", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/snapshots/{id}/restore", .operation_id = "restoreSnapshot", .status = 200,
+       .response = "Snapshot", .errors = {404, 409}},
+      // quotas
+      {.method = "GET", .pattern = "/api/v1/me/quota", .operation_id = "getMyQuota", .status = 200, .response = "MyQuota"},
+      {.method = "GET", .pattern = "/api/v1/admin/users/{id}/quota", .operation_id = "adminGetUserQuota", .status = 200,
+       .response = "UserQuota", .errors = {404}, .id_description = "The user's id or username"},
+      {.method = "PUT", .pattern = "/api/v1/admin/users/{id}/quota", .operation_id = "adminSetUserQuota", .status = 200,
+       .response = "UserQuota", .request = "QuotaUpdate", .errors = {400, 404},
+       .id_description = "The user's id or username"},
       // events
       {.method = "GET", .pattern = "/api/v1/events", .operation_id = "listEvents", .status = 200, .response = "EventList",
        .errors = {400},

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/ssh_client.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -49,35 +50,6 @@ int reserved_gpus(const TestDaemon& daemon) {
   int reserved = 0;
   for (const auto& g : host_gpus(daemon)) reserved += g.at("reserved_by").is_string();
   return reserved;
-}
-
-struct KeyPair {
-  std::string dir, private_key, public_key;
-};
-
-KeyPair make_key() {
-  KeyPair k;
-  k.dir = "/tmp/gpucloud-it-key-" + random_suffix();
-  shell("mkdir -p " + k.dir + " && ssh-keygen -q -t ed25519 -N '' -f " + k.dir + "/id");
-  k.private_key = k.dir + "/id";
-  k.public_key = shell("cat " + k.dir + "/id.pub");
-  while (!k.public_key.empty() && k.public_key.back() == '\n') k.public_key.pop_back();
-  return k;
-}
-
-// ssh with the instance's host key pinned (no StrictHostKeyChecking=no anywhere).
-std::string ssh_run(const json::value& instance, const KeyPair& key, const std::string& command, int* rc = nullptr) {
-  const auto& ssh = instance.at("ssh").as_object();
-  std::string port = std::to_string(ssh.at("port").as_int64());
-  std::string known = key.dir + "/known_hosts";
-  std::ofstream(known) << "[127.0.0.1]:" << port << " " << std::string(ssh.at("host_key").as_string()) << "\n";
-  std::string cmd = "timeout 20 ssh -i " + key.private_key + " -p " + port + " -o BatchMode=yes -o UserKnownHostsFile=" +
-                    known + " -o StrictHostKeyChecking=yes -o ConnectTimeout=5 root@127.0.0.1 '" + command +
-                    "' 2>/dev/null; echo \"rc=$?\"";
-  std::string out = shell(cmd);
-  auto pos = out.rfind("rc=");
-  if (rc) *rc = std::stoi(out.substr(pos + 3));
-  return out.substr(0, pos);
 }
 
 class InstancesTest : public ::testing::Test {

@@ -44,6 +44,43 @@ Result<std::vector<int>> parse_ports(const json::object& body) {
   return ports;
 }
 
+constexpr std::size_t kMaxDataDisks = 8;
+
+// "data_disks": [{"size_gib", "mount_path"?, "delete_on_release"?} | {"id", "mount_path"?}].
+// Paths default to /root/data, then /root/data2, ...; the rules are checked in disks/.
+Result<std::vector<disks::InstanceDataDisk>> parse_data_disks(const json::value& v) {
+  if (!v.is_array()) return fail(ErrorCode::invalid_argument, "data_disks: must be a list");
+  if (v.as_array().size() > kMaxDataDisks) return fail(ErrorCode::invalid_argument, "data_disks: at most 8 disks");
+  std::vector<disks::InstanceDataDisk> out;
+  for (std::size_t n = 0; n < v.as_array().size(); ++n) {
+    const std::string field = "data_disks[" + std::to_string(n) + "]";
+    const auto& item = v.as_array()[n];
+    if (!item.is_object()) return fail(ErrorCode::invalid_argument, field + ": must be an object");
+    const auto& o = item.as_object();
+    if (auto s = api::only_fields(o, {"id", "size_gib", "mount_path", "delete_on_release"}, field + "."); !s)
+      return tl::unexpected(s.error());
+    disks::InstanceDataDisk d;
+    auto id = api::optional_string(o, "id");
+    if (!id) return fail(ErrorCode::invalid_argument, field + "." + id.error().detail);
+    auto size = api::optional_int(o, "size_gib");
+    if (!size) return fail(ErrorCode::invalid_argument, field + "." + size.error().detail);
+    auto path = api::optional_string(o, "mount_path");
+    if (!path) return fail(ErrorCode::invalid_argument, field + "." + path.error().detail);
+    auto dor = api::optional_bool(o, "delete_on_release");
+    if (!dor) return fail(ErrorCode::invalid_argument, field + "." + dor.error().detail);
+    if (*id && *size) return fail(ErrorCode::invalid_argument, field + ": give either id (an existing disk) or size_gib (a new one)");
+    if (!*id && !*size) return fail(ErrorCode::invalid_argument, field + ".size_gib: required for a new disk (or give id)");
+    if (*id && *dor) return fail(ErrorCode::invalid_argument, field + ".delete_on_release: only for a new disk");
+    d.existing = *id;
+    d.size_gib = size->value_or(0);
+    d.mount_path = path->value_or(n == 0 ? std::string(disks::kDefaultMountPath)
+                                         : std::string(disks::kDefaultMountPath) + std::to_string(n + 1));
+    d.delete_on_release = dor->value_or(false);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 // Parts of the contract whose machinery comes with later work (security groups, idle
 // autostop, scheduled stop and release): checked for shape, then refused with a reason rather
 // than accepted and silently ignored.
@@ -148,8 +185,13 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
     if (!renew) return fail(ErrorCode::invalid_argument, "billing." + renew.error().detail);
     s.auto_renew = renew->value_or(true);
   }
-  if (auto disks = body.find("data_disks"); disks != body.end() && disks->value().is_array() && !disks->value().as_array().empty())
-    return fail(ErrorCode::invalid_argument, "data_disks: data disks are not available on this installation yet");
+  if (auto disks = body.find("data_disks"); disks != body.end() && !disks->value().is_null()) {
+    auto parsed = parse_data_disks(disks->value());
+    if (!parsed) return tl::unexpected(parsed.error());
+    s.data_disks = std::move(*parsed);
+    for (const auto& d : s.data_disks)
+      if (!d.existing) s.new_disk_ids.push_back(new_id("d"));
+  }
   if (auto s = check_not_yet_available(body); !s) return tl::unexpected(s.error());
   return std::make_pair(std::move(s), *password);
 }
