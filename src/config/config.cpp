@@ -155,8 +155,9 @@ class Parser {
     }
     if (const toml::table* t = get_table(root, "", "policy")) {
       check_keys(*t, "policy",
-                 {"release_stopped_after_days", "arrears_release_instances_after_days",
+                 {"recycle_days", "release_stopped_after_days", "arrears_release_instances_after_days",
                   "arrears_delete_disks_after_days"});
+      get_int(*t, "policy", "recycle_days", c.policy.recycle_days);
       get_int(*t, "policy", "release_stopped_after_days", c.policy.release_stopped_after_days);
       get_int(*t, "policy", "arrears_release_instances_after_days",
               c.policy.arrears_release_instances_after_days);
