@@ -15,6 +15,7 @@ void add_instance_commands(CLI::App& app, Registry& registry);
 void add_key_commands(CLI::App& app, Registry& registry);
 void add_admin_commands(CLI::App& app, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
+void add_image_commands(CLI::App& app, Registry& registry);    // save-image, image rm|restore
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);

@@ -48,6 +48,9 @@ struct Instance {
   std::vector<PortBinding> ports;
   std::vector<std::string> gpu_uuids;  // of the active reservation
   bool gpus_simulated = false;
+  // What the system disk holds (the engine's count of written bytes), as reconcile last saw
+  // it; nullopt when unknown. Written only by record_system_disk_use (system_disk.h).
+  std::optional<std::int64_t> system_disk_used_bytes;
 };
 
 Status insert_instance(store::Database& db, const Instance& instance);

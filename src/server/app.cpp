@@ -55,6 +55,8 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
   instances_ = std::make_unique<instances::InstanceService>(loop_, config_, *store_, *clock_, hosts_->agent());
   instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
+  images_ = std::make_unique<instances::ImageService>(loop_, config_, *store_, *clock_, hosts_->agent());
+  co_await images_->start();  // resumes saves, arms the recycle bin's timers
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
 }

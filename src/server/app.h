@@ -18,6 +18,7 @@
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "instances/image_service.h"
 #include "instances/lifecycle.h"
 #include "server/auth_cache.h"
 #include "server/host_registry.h"
@@ -88,6 +89,7 @@ class App {
   bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }
   instances::InstanceService& instances() { return *instances_; }
+  instances::ImageService& images() { return *images_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
 
@@ -136,6 +138,7 @@ class App {
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<instances::InstanceService> instances_;
+  std::unique_ptr<instances::ImageService> images_;
   std::string installation_id_;
 };
 
