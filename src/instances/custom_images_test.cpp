@@ -12,6 +12,7 @@
 #include "agent/image_saver.h"
 #include "agent/runtime/docker_engine_driver.h"
 #include "auth/accounts.h"
+#include "core/ids.h"
 #include "instances/image_actions.h"
 #include "instances/images.h"
 #include "instances/system_disk.h"
@@ -153,8 +154,9 @@ TEST_F(CustomImageStoreTest, NamesAreUniquePerOwnerAndNeverAPublicImages) {
   ASSERT_FALSE(taken);
   EXPECT_EQ(taken.error().code, ErrorCode::conflict);
   EXPECT_NE(taken.error().detail.find("public"), std::string::npos);
-  for (const char* bad : {"My-Env", "1abc", "", "img-abcdefghijkl"}) {
-    auto refused = add(users_[0], bad, std::string("img-x") + std::to_string(std::strlen(bad)));
+  int n = 0;
+  for (const std::string& bad : {std::string("My-Env"), std::string("1abc"), std::string(), new_id("img")}) {
+    auto refused = add(users_[0], bad, "img-x" + std::to_string(n++));
     ASSERT_FALSE(refused) << bad;
     EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument) << bad;
   }

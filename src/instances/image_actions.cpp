@@ -19,6 +19,7 @@ Result<Image> begin_save_image(store::Database& db, const config::Config& config
                                const std::string& image_id, SysTime now) {
   auto instance = find_for(db, actor, instance_id_or_name);
   if (!instance) return fail(instance.error());
+  if (request.name.empty()) return fail(ErrorCode::invalid_argument, "name: is required");
   if (instance->state != InstanceState::running && instance->state != InstanceState::stopped)
     return fail(ErrorCode::conflict, "the instance is " + std::string(to_string(instance->state)) +
                                          "; only a running or stopped instance can be saved as an image");

@@ -113,7 +113,7 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
 
   // What the image holds: the file, and nothing of the source's per-instance setup.
   auto inside = [&](const std::string& command) {
-    return shell("docker run --rm --entrypoint sh " + ref + " -c '" + command + "' 2>&1");
+    return shell("docker run --rm --network none --entrypoint sh " + ref + " -c '" + command + "' 2>&1");
   };
   EXPECT_EQ(inside("cat /opt/tool/marker"), "installed\n");
   EXPECT_EQ(inside("ls /etc/ssh/ | grep -c ssh_host_ || true"), "0\n");

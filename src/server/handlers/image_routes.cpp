@@ -46,13 +46,15 @@ asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
   auto body = api::parse_object(ctx.request.body);
   if (!body) co_return tl::unexpected(body.error());
   if (auto s = api::only_fields(*body, {"name", "description"}); !s) co_return tl::unexpected(s.error());
-  auto name = api::required_string(*body, "name");
+  // Required, but checked after the instance is found: another user's instance is
+  // not_found whatever the body says.
+  auto name = api::optional_string(*body, "name");
   if (!name) co_return tl::unexpected(name.error());
   auto description = api::optional_string(*body, "description");
   if (!description) co_return tl::unexpected(description.error());
   if (*description && (*description)->size() > 1000)
     co_return fail(ErrorCode::invalid_argument, "description: at most 1000 characters");
-  instances::SaveImageRequest request{*name, description->value_or("")};
+  instances::SaveImageRequest request{name->value_or(""), description->value_or("")};
   std::string image_id = new_id("img");
   auto effect = [&app, request, image_id, actor = actor_of(ctx.caller()), instance = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
