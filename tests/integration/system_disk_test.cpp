@@ -79,8 +79,8 @@ struct BtrfsEngine {
   std::string env() const {
     return "DOCKER_SOCK=" + sock + " GPUCLOUD_RUN_DIR=" + run_dir + " GPUCLOUD_LOG_DIR=" + run_dir +
            " GPUCLOUD_ENGINE_STORAGE=btrfs GPUCLOUD_ENGINE_DATA_ROOT=" + lib_dir + "/engine GPUCLOUD_ENGINE_IMAGE=" + lib_dir +
-           "/engine.img GPUCLOUD_ENGINE_SIZE_GIB=8 DOCKERD_EXTRA_ARGS='--exec-root " + run_dir +
-           "/exec --bridge none --iptables=false --ip6tables=false'";
+           "/engine.img GPUCLOUD_ENGINE_SIZE_GIB=8 DOCKERD_EXTRA_ARGS='--exec-root " + run_dir + "/exec --pidfile " +
+           run_dir + "/engine.pid --bridge none --iptables=false --ip6tables=false'";
   }
   std::string start() const {
     auto [rc, out] = sh(env() + " sh " + kSource + "/scripts/start-dockerd.sh 2>&1");
