@@ -9,6 +9,25 @@
 #   GPUCLOUD_LOG_DIR       dockerd.log goes here    (default /var/log/gpucloud)
 #   DOCKERD_EXTRA_ARGS     more dockerd arguments, space-separated
 #   DOCKERD_WAIT_SECONDS   how long to wait for the engine (default 30)
+#   GPUCLOUD_ENGINE_STORAGE  auto (default) | btrfs | default
+#       btrfs: the engine's data root is a btrfs filesystem (--storage-driver btrfs), so a
+#       container's size limit (the instance's system_disk_gib, HostConfig.StorageOpt size)
+#       is enforced. When GPUCLOUD_ENGINE_DATA_ROOT is not btrfs already, it is made: a sparse
+#       file GPUCLOUD_ENGINE_IMAGE formatted btrfs and loop-mounted there (kept across runs;
+#       re-mounted when needed). Falls back to the engine's default (with a warning) where
+#       mkfs.btrfs or loop mounts are missing.
+#       default: dockerd's own data root and storage driver (overlay2: sizes not enforced).
+#       auto: btrfs on a machine without an engine yet (or one set up with btrfs before);
+#       default where /var/lib/docker already holds an engine's images and containers, which
+#       another data root would not see (switch with GPUCLOUD_ENGINE_STORAGE=btrfs, then
+#       rebuild the base image: scripts/build-base-image.sh).
+#   GPUCLOUD_ENGINE_DATA_ROOT  (default /var/lib/gpucloud/engine)
+#   GPUCLOUD_ENGINE_IMAGE      (default /var/lib/gpucloud/engine.img)
+#   GPUCLOUD_ENGINE_SIZE_GIB   the sparse file's size (default 200; only blocks written use disk)
+# A second engine beside the machine's own (tests) needs its own socket, pidfile, exec root
+# and data root, e.g. DOCKER_SOCK=/var/run/gpucloud-btrfs.sock GPUCLOUD_RUN_DIR=/var/run/gpucloud-btrfs
+# GPUCLOUD_ENGINE_DATA_ROOT=/var/lib/gpucloud-btrfs/engine GPUCLOUD_ENGINE_IMAGE=/var/lib/gpucloud-btrfs/engine.img
+# DOCKERD_EXTRA_ARGS="--exec-root /var/run/gpucloud-btrfs/exec --pidfile /var/run/gpucloud-btrfs/engine.pid --bridge none".
 set -eu
 
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
@@ -17,6 +36,10 @@ LOG_DIR=${GPUCLOUD_LOG_DIR:-/var/log/gpucloud}
 PIDFILE=$RUN_DIR/dockerd.pid
 LOG=$LOG_DIR/dockerd.log
 WAIT=${DOCKERD_WAIT_SECONDS:-30}
+STORAGE=${GPUCLOUD_ENGINE_STORAGE:-auto}
+DATA_ROOT=${GPUCLOUD_ENGINE_DATA_ROOT:-/var/lib/gpucloud/engine}
+IMAGE=${GPUCLOUD_ENGINE_IMAGE:-/var/lib/gpucloud/engine.img}
+SIZE_GIB=${GPUCLOUD_ENGINE_SIZE_GIB:-200}
 
 engine_ping() {
   [ -S "$SOCK" ] && curl -fsS --max-time 2 --unix-socket "$SOCK" http://docker/_ping >/dev/null 2>&1
@@ -65,12 +88,58 @@ rm -f "$PIDFILE"
 
 command -v dockerd >/dev/null 2>&1 || { echo "start-dockerd: dockerd not installed (apt-get install docker.io)" >&2; exit 1; }
 
+fs_type() { stat -f -c %T "$1" 2>/dev/null || true; }
+
+# Puts a btrfs filesystem at $DATA_ROOT (idempotent); prints nothing, fails when it cannot.
+btrfs_data_root() {
+  mkdir -p "$DATA_ROOT"
+  [ "$(fs_type "$DATA_ROOT")" = btrfs ] && return 0
+  command -v mkfs.btrfs >/dev/null 2>&1 || { echo "start-dockerd: mkfs.btrfs missing (apt-get install btrfs-progs)" >&2; return 1; }
+  if [ ! -f "$IMAGE" ]; then
+    mkdir -p "$(dirname "$IMAGE")"
+    truncate -s "${SIZE_GIB}G" "$IMAGE.new"
+    mkfs.btrfs -q "$IMAGE.new" >/dev/null || { rm -f "$IMAGE.new"; return 1; }
+    mv "$IMAGE.new" "$IMAGE"
+    echo "start-dockerd: made $IMAGE (btrfs, sparse, ${SIZE_GIB} GiB)"
+  fi
+  if [ -n "$(ls -A "$DATA_ROOT" 2>/dev/null)" ]; then
+    echo "start-dockerd: $DATA_ROOT is not empty and not btrfs; not mounting over it" >&2
+    return 1
+  fi
+  mount -o loop "$IMAGE" "$DATA_ROOT" || return 1
+  [ "$(fs_type "$DATA_ROOT")" = btrfs ]
+}
+
+STORAGE_ARGS=
+if [ "$STORAGE" = auto ]; then
+  if [ -f "$IMAGE" ] || [ "$(fs_type "$DATA_ROOT")" = btrfs ]; then
+    STORAGE=btrfs
+  elif [ -d /var/lib/docker/image ] && [ -n "$(ls -A /var/lib/docker/image 2>/dev/null)" ]; then
+    echo "start-dockerd: /var/lib/docker holds an engine already; keeping it (GPUCLOUD_ENGINE_STORAGE=btrfs to switch)"
+    STORAGE=default
+  else
+    STORAGE=btrfs
+  fi
+fi
+case "$STORAGE" in
+  btrfs)
+    if btrfs_data_root; then
+      STORAGE_ARGS="--data-root $DATA_ROOT --storage-driver btrfs"
+      echo "start-dockerd: data root $DATA_ROOT on btrfs (system disk sizes enforced)"
+    else
+      echo "start-dockerd: no btrfs data root; the engine's default storage is used (system disk sizes not enforced)" >&2
+    fi
+    ;;
+  default) ;;
+  *) echo "start-dockerd: GPUCLOUD_ENGINE_STORAGE must be auto, btrfs or default, not $STORAGE" >&2; exit 2 ;;
+esac
+
 # A stale socket file left by a killed engine makes dockerd refuse to listen.
 if [ -S "$SOCK" ]; then rm -f "$SOCK"; fi
 
 # setsid: the engine must outlive the shell (and its process group) that started it.
 # shellcheck disable=SC2086
-setsid dockerd --live-restore -H "unix://$SOCK" ${DOCKERD_EXTRA_ARGS:-} \
+setsid dockerd --live-restore -H "unix://$SOCK" $STORAGE_ARGS ${DOCKERD_EXTRA_ARGS:-} \
   </dev/null >>"$LOG" 2>&1 &
 pid=$!
 echo "$pid" >"$PIDFILE"

@@ -217,6 +217,10 @@ Result<InstanceSpec> instance_spec_from_json(const json::value& desired) {
   if (!memory) return fail(memory.error());
   if (*memory < 1 || *memory > (1 << 20)) return invalid("memory_gib must be at least 1");
   s.memory_gib = *memory;
+  auto disk = read_int(o, "system_disk_gib", false);  // absent (older control planes): no limit
+  if (!disk) return fail(disk.error());
+  if (*disk < 0 || *disk > (1 << 20)) return invalid("system_disk_gib must be 0 (no limit) or a size in GiB");
+  s.system_disk_gib = *disk;
   auto gpus = read_strings(o, "gpu_uuids");
   if (!gpus) return fail(gpus.error());
   for (const auto& uuid : *gpus) {
@@ -260,6 +264,7 @@ json::object to_json(const InstanceSpec& s) {
                       {"image", s.image},
                       {"cpu", s.cpu},
                       {"memory_gib", s.memory_gib},
+                      {"system_disk_gib", s.system_disk_gib},
                       {"gpu_uuids", to_array(s.gpu_uuids)},
                       {"gpus_simulated", s.gpus_simulated},
                       {"ports", std::move(ports)}};

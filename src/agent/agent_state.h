@@ -48,6 +48,7 @@ struct InstanceSpec {
   std::string image;
   double cpu = 1;
   std::int64_t memory_gib = 1;
+  std::int64_t system_disk_gib = 0;  // 0: no limit asked; enforced only where the engine can
   std::vector<std::string> gpu_uuids;
   bool gpus_simulated = false;
   std::vector<PortSpec> ports;

@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/host_key.h"
+#include "agent/image_saver.h"
 #include "agent/local_agent.h"
 #include "core/fault_points.h"
 #include "core/offload.h"
@@ -228,7 +229,8 @@ InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installa
       firewall_(std::move(firewall_table)),
       options_(options),
       start_lock_(std::make_unique<AsyncLock>()),
-      network_lock_(std::make_unique<AsyncLock>()) {
+      network_lock_(std::make_unique<AsyncLock>()),
+      images_(std::make_unique<ImageSaver>(*driver_, installation_id_)) {
   if (options_.state_write_observer) store_.set_write_observer(options_.state_write_observer);
 }
 
@@ -240,7 +242,8 @@ InstanceRuntime::~InstanceRuntime() {
 
 void InstanceRuntime::register_handlers(LocalAgent& agent) {
   for (const char* kind : {"instance.ensure", "instance.remove", "instance.status",
-                           "instance.stop_unknown", "instance.exec", "image.inspect"}) {
+                           "instance.stop_unknown", "instance.exec", "image.inspect", "image.save",
+                           "image.remove"}) {
     agent.add_command_handler(kind, [this](const Command& command) { return handle(command); });
   }
 }
@@ -266,6 +269,10 @@ awaitable<Result<CommandOutcome>> InstanceRuntime::dispatch(Command command) {
       observed = co_await exec(command.desired);
     } else if (command.kind == "image.inspect") {
       observed = co_await inspect_images(command.desired);
+    } else if (command.kind == "image.save") {
+      observed = co_await save_image(command.desired);
+    } else if (command.kind == "image.remove") {
+      observed = co_await images_->remove(command.desired);
     } else {
       observed = invalid("unknown command " + command.kind);
     }
@@ -351,6 +358,7 @@ awaitable<Status> InstanceRuntime::start() {
 
 awaitable<Status> InstanceRuntime::start_on_strand() {
   if (auto s = co_await ensure_started(); !s) co_return s;
+  co_await detect_system_disk_limit();
   if (auto s = co_await ensure_network(); !s) co_return s;
   // Re-attach: find each recorded container again (only inspects; nothing is started or
   // stopped) and remember a changed id.
@@ -832,6 +840,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       cs.ipv4 = record.ipv4;
       cs.init_config_dir = store_.config_dir(id);
       cs.gpu_uuids = effective_gpus(spec);
+      co_await detect_system_disk_limit();
+      if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
       ContainerSpec retry_spec = cs;
       auto made = co_await driver_->create(std::move(cs));
       if (!made && made.error().code == ErrorCode::not_found && contains(made.error().detail, "network")) {
@@ -1155,7 +1165,12 @@ awaitable<Result<json::object>> InstanceRuntime::status() {
         {"ipv4", r.ipv4},
         {"host_key", nullable(r.host_key)},
         {"state_reason", state_reason(c, r.desired.state)},
+        {"system_disk_gib", r.desired.system_disk_gib},
     });
+    if (c.exists) {
+      auto used = co_await driver_->system_disk_used(c.id);
+      instances.back().as_object()["system_disk_used_bytes"] = used ? json::value(*used) : json::value(nullptr);
+    }
   }
   json::array unknown;
   for (std::size_t i = 0; i < listed->size(); ++i) {
@@ -1171,7 +1186,13 @@ awaitable<Result<json::object>> InstanceRuntime::status() {
         {"exit_code", c.exit_code},
     });
   }
-  co_return json::object{{"instances", std::move(instances)}, {"unknown_containers", std::move(unknown)}};
+  co_await detect_system_disk_limit();
+  json::object system_disk{{"enforced", system_disk_ && system_disk_->enforced},
+                           {"reason", system_disk_ ? system_disk_->reason : std::string("the engine is not reachable")},
+                           {"storage_driver", storage_driver_}};
+  co_return json::object{{"instances", std::move(instances)},
+                         {"unknown_containers", std::move(unknown)},
+                         {"system_disk", std::move(system_disk)}};
 }
 
 // ---- instance.stop_unknown ---------------------------------------------------------------
@@ -1208,6 +1229,34 @@ awaitable<Result<json::object>> InstanceRuntime::stop_unknown(json::object desir
                          {"running", after->exists && after->running},
                          {"state", after->state},
                          {"exit_code", after->exit_code}};
+}
+
+// ---- image.save --------------------------------------------------------------------------
+
+awaitable<void> InstanceRuntime::detect_system_disk_limit() {
+  if (system_disk_) co_return;
+  auto info = co_await driver_->fingerprint();
+  if (!info) co_return;  // asked again next time
+  storage_driver_ = info->storage_driver;
+  system_disk_ = system_disk_limit_for(info->storage_driver);
+  spdlog::info(R"({{"event":"system_disk_limit","storage_driver":{},"enforced":{}}})", q(storage_driver_),
+               system_disk_->enforced);
+}
+
+awaitable<Result<json::object>> InstanceRuntime::save_image(json::object desired) {
+  auto request = save_request_from_json(desired, installation_id_);
+  if (!request) co_return fail(std::move(request.error()));
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  const std::string id = request->instance_id;
+  Instance& slot = instance_slot(id);
+  // Under the instance's lock: no stop, start or rebuild moves the container meanwhile.
+  co_await slot.lock.lock();
+  Unlocker guard(slot.lock);
+  if (!slot.record || slot.record->container_id.empty())
+    co_return fail(ErrorCode::not_found, "instance " + id + " has no container on this host");
+  if (request->base.empty()) request->base = slot.record->desired.image;
+  std::string container = slot.record->container_id;
+  co_return co_await images_->save(std::move(container), std::move(*request));
 }
 
 // ---- instance.exec -----------------------------------------------------------------------

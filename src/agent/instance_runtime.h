@@ -17,6 +17,13 @@
 //                          recorded instance, plus containers with our label and no record
 //   instance.stop_unknown  desired: {"container_id"}; stops (never deletes) such a container
 //   instance.exec          desired: {"instance_id","argv":[...],"timeout_ms"?}; captured exec
+//   image.save, image.remove   save-image (image_saver.h), under the instance's lock
+//
+// System disks: where the engine's storage driver can limit a container's size (btrfs),
+// containers are created with the spec's system_disk_gib as StorageOpt size (detected once,
+// from the engine's /info). instance.status says which ("system_disk": {"enforced",
+// "reason", "storage_driver"}) and reports each container's written bytes
+// ("system_disk_used_bytes", the engine's SizeRw; null when unknown).
 //
 // Every command is idempotent (the same desired state twice changes nothing the second time),
 // answers errors as values, and undoes what it did when a later step fails (a container it
@@ -53,6 +60,7 @@
 namespace gpucloud::agent {
 
 class LocalAgent;
+class ImageSaver;
 
 inline constexpr std::string_view kInstallationLabel = "gpucloud.installation";
 inline constexpr std::string_view kInstanceLabel = "gpucloud.instance";
@@ -158,6 +166,9 @@ class InstanceRuntime {
   boost::asio::awaitable<int> system_image_layers(const InstanceRecord& record, const InstanceSpec& spec);
   boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> save_image(boost::json::object desired);
+  // The engine's storage driver, asked once (what system disks the engine can limit).
+  boost::asio::awaitable<void> detect_system_disk_limit();
 
   boost::asio::awaitable<Result<std::string>> allocate_ip(std::string instance_id,
                                                           std::string preferred);
@@ -200,6 +211,9 @@ class InstanceRuntime {
   std::map<std::string, std::unique_ptr<Instance>> instances_;
   std::set<std::string> reserved_ips_;  // handed out, record not yet saved
   std::vector<std::string> load_problems_;
+  std::unique_ptr<ImageSaver> images_;
+  std::optional<SystemDiskLimit> system_disk_;  // nullopt until the engine answered
+  std::string storage_driver_;
 };
 
 }  // namespace gpucloud::agent

@@ -681,6 +681,47 @@ TEST_F(CliAppTest, DiskAttachDetachAndRmSendTheirRequests) {
   server_.on("DELETE", "/api/v1/disks/data", 202, disk_answer(disks::DiskState::deleted));
   EXPECT_EQ(run({"disk", "rm", "data"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("recycle bin"), std::string::npos) << out_.str();
+// ---- custom images ------------------------------------------------------------------------
+
+const char* kImageCreating = R"({"id":"img-1","name":"my-env","state":"creating","own_size_bytes":0,"visibility":"private"})";
+const char* kImageAvailable =
+    R"({"id":"img-1","name":"my-env","state":"available","own_size_bytes":104857600,"visibility":"private"})";
+
+TEST_F(CliAppTest, SaveImagePostsTheNameAndWaitsUntilAvailable) {
+  write_config("endpoint = \"http://cloud:8080\"\ntoken = \"stored\"\n");
+  server_.on("POST", "/api/v1/instances/train-1/images", 202, kImageCreating);
+  server_.on("GET", "/api/v1/images/img-1", 200, kImageCreating);
+  server_.on("GET", "/api/v1/images/img-1", 200, kImageAvailable);
+  EXPECT_EQ(run({"save-image", "train-1", "--as", "my-env"}), 0) << err_.str();
+  const auto& post = server_.requests.front();
+  EXPECT_EQ(json::serialize(body_of(post)), R"({"name":"my-env"})");
+  EXPECT_EQ(post.header("Idempotency-Key"), "key-1");
+  EXPECT_EQ(out_.str(), "Image my-env (img-1) is available; its own size 100 MiB is billed.\n");
+  EXPECT_EQ(err_.str(), "saving.. available\n");
+}
+
+TEST_F(CliAppTest, SaveImageNoWaitAnswersAtOnceAndAnErrorExitsOne) {
+  write_config("endpoint = \"http://cloud:8080\"\ntoken = \"stored\"\n");
+  server_.on("POST", "/api/v1/instances/train-1/images", 202, kImageCreating);
+  EXPECT_EQ(run({"save-image", "train-1", "--as", "my-env", "--no-wait"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Image my-env (img-1) is creating.\n");
+  EXPECT_EQ(server_.requests.size(), 1u);
+
+  server_.on("POST", "/api/v1/instances/train-1/images", 202, kImageCreating);
+  server_.on("GET", "/api/v1/images/img-1", 200,
+             R"({"id":"img-1","name":"my-env","state":"error","state_reason":"engine said no"})");
+  EXPECT_EQ(run({"save-image", "train-1", "--as", "my-env"}), 1);
+  EXPECT_NE(err_.str().find("image my-env could not be saved: engine said no"), std::string::npos) << err_.str();
+}
+
+TEST_F(CliAppTest, ImageRmAndRestore) {
+  write_config("endpoint = \"http://cloud:8080\"\ntoken = \"stored\"\n");
+  server_.on("DELETE", "/api/v1/images/my-env", 200, R"({"id":"img-1","name":"my-env","state":"deleted"})");
+  EXPECT_EQ(run({"image", "rm", "my-env"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("Image my-env is deleted; `gpucloud image restore img-1`"), std::string::npos) << out_.str();
+  server_.on("POST", "/api/v1/images/img-1/restore", 200, kImageAvailable);
+  EXPECT_EQ(run({"image", "restore", "img-1"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Image my-env is restored (available).\n");
 }
 
 }  // namespace

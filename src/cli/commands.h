@@ -16,6 +16,7 @@ void add_key_commands(CLI::App& app, Registry& registry);
 void add_disk_commands(CLI::App& app, Registry& registry);     // disk ..., snapshot ...
 void add_admin_commands(CLI::App& app, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
+void add_image_commands(CLI::App& app, Registry& registry);    // save-image, image rm|restore
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);

@@ -83,6 +83,7 @@ images = 10
 allow_private_webhook_targets = false # true lets webhooks reach loopback/private addresses
 
 [policy]
+recycle_days = 7
 release_stopped_after_days = 15
 arrears_release_instances_after_days = 15
 arrears_delete_disks_after_days = 30
@@ -206,6 +207,7 @@ TEST(Config, SpecExampleParsesWithItsValues) {
   EXPECT_EQ(c.quotas.disk_gib, 2000);
   EXPECT_EQ(c.quotas.images, 10);
   EXPECT_FALSE(c.alerts.allow_private_webhook_targets);
+  EXPECT_EQ(c.policy.recycle_days, 7);
   EXPECT_EQ(c.policy.release_stopped_after_days, 15);
   EXPECT_EQ(c.policy.arrears_release_instances_after_days, 15);
   EXPECT_EQ(c.policy.arrears_delete_disks_after_days, 30);
@@ -454,6 +456,7 @@ TEST(Config, WrongTypesNameTheKey) {
   EXPECT_THAT(error_of("[[hosts]]\nname = \"n\"\nsimulated_gpus = [ \"RTX 4090\" ]\n"),
               HasSubstr("hosts[0].simulated_gpus[0]: expected a table, got a string"));
   EXPECT_THAT(error_of("[quotas]\ngpus = 1.5\n"), HasSubstr("quotas.gpus: expected an integer, got a float"));
+  EXPECT_THAT(error_of("[policy]\nrecycle_days = -1\n"), HasSubstr("policy.recycle_days"));
   EXPECT_THAT(error_of("[policy]\nrelease_stopped_after_days = 99999999999\n"),
               HasSubstr("policy.release_stopped_after_days: 99999999999 is out of range"));
 }

@@ -291,6 +291,7 @@ void check_sections(const Config& c, Checker& k) {
   k.non_negative("quotas.disk_gib", c.quotas.disk_gib);
   k.non_negative("quotas.images", c.quotas.images);
 
+  k.non_negative("policy.recycle_days", c.policy.recycle_days);
   k.positive("policy.release_stopped_after_days", c.policy.release_stopped_after_days);
   k.positive("policy.arrears_release_instances_after_days", c.policy.arrears_release_instances_after_days);
   k.positive("policy.arrears_delete_disks_after_days", c.policy.arrears_delete_disks_after_days);

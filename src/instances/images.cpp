@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+
 #include "core/ids.h"
 
 namespace gpucloud::instances {
@@ -49,11 +51,28 @@ Image image_from(const store::Row& r) {
   i.ssh = r.int64(12) != 0;
   i.created_at = from_unix_micros(r.int64(13));
   i.state_reason = r.text(14);
+  i.own_size_bytes = r.int64(15);
+  i.host_id = r.opt_text(16);
+  i.source_instance = r.opt_text(17);
+  i.base_image_id = r.opt_text(18);
+  if (auto t = r.opt_int64(19)) i.deleted_at = from_unix_micros(*t);
+  i.purge_warned = r.int64(20) != 0;
+  if (auto t = r.opt_int64(21)) i.purged_at = from_unix_micros(*t);
+  i.engine_removed = r.int64(22) != 0;
   return i;
 }
 constexpr const char* kColumns =
     "SELECT id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, visibility, owner, state, ssh, "
-    "created_at, state_reason FROM images ";
+    "created_at, state_reason, own_size_bytes, host_id, source_instance, base_image_id, deleted_at, purge_warned, "
+    "purged_at, engine_removed FROM images ";
+
+Result<std::vector<Image>> many(store::Database& db, std::string_view where, std::initializer_list<store::Arg> args) {
+  auto rows = db.all(std::string(kColumns) + std::string(where), args);
+  if (!rows) return fail(rows.error());
+  std::vector<Image> out;
+  for (const auto& r : *rows) out.push_back(image_from(r));
+  return out;
+}
 }  // namespace
 
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now) {
@@ -66,14 +85,25 @@ Status seed_public_images(store::Database& db, const config::Config& config, Sys
   return ok();
 }
 
-Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer) {
-  auto rows = db.all(std::string(kColumns) +
-                         "WHERE state != 'deleted' AND (visibility = 'public' OR owner = ?) ORDER BY created_at DESC, id DESC",
-                     {viewer});
-  if (!rows) return fail(rows.error());
-  std::vector<Image> out;
-  for (const auto& r : *rows) out.push_back(image_from(r));
-  return out;
+Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer, bool deleted) {
+  if (deleted)
+    return many(db, "WHERE state = 'deleted' AND purged_at IS NULL AND visibility = 'private' AND owner = ? "
+                    "ORDER BY created_at DESC, id DESC",
+                {viewer});
+  return many(db, "WHERE state != 'deleted' AND (visibility = 'public' OR owner = ?) ORDER BY created_at DESC, id DESC",
+              {viewer});
+}
+
+Result<Image> find_image_for_view(store::Database& db, const std::string& viewer, const std::string& id_or_name) {
+  auto live = find_image(db, viewer, id_or_name);
+  if (live || live.error().code != ErrorCode::not_found) return live;
+  auto row = db.one(std::string(kColumns) +
+                        "WHERE state = 'deleted' AND purged_at IS NULL AND visibility = 'private' AND owner = ? "
+                        "AND (id = ? OR name = ?) ORDER BY deleted_at DESC LIMIT 1",
+                    {viewer, id_or_name, id_or_name});
+  if (!row) return fail(row.error());
+  if (!*row) return live;
+  return image_from(**row);
 }
 
 Result<Image> find_image_by_id(store::Database& db, const std::string& id) {
@@ -111,6 +141,9 @@ json::object image_json(const Image& i) {
           {"state", i.state},
           {"ssh", i.ssh},
           {"engine_image", i.engine_image},
+          {"own_size_bytes", i.own_size_bytes},
+          {"source_instance", i.source_instance ? json::value(*i.source_instance) : json::value(nullptr)},
+          {"deleted_at", i.deleted_at ? json::value(format_rfc3339(*i.deleted_at)) : json::value(nullptr)},
           {"created_at", format_rfc3339(i.created_at)}};
 }
 
@@ -134,12 +167,128 @@ Status record_engine_image(store::Database& db, const Image& image, const Engine
                 {state, reason, seen.present ? seen.size_bytes : image.size_bytes, image.id});
 }
 
-}  // namespace gpucloud::instances
+// ---- custom images -------------------------------------------------------------------------
 
-namespace gpucloud::instances {
-Result<std::int64_t> private_image_count(store::Database& db, const std::string& owner) {
-  auto row = db.one("SELECT COUNT(*) FROM images WHERE owner = ? AND visibility = 'private'", {owner});
+std::int64_t own_size_bytes(std::int64_t image_size_bytes, std::int64_t base_size_bytes) {
+  // A flattened system disk shares no layer with its base; never bill a negative size.
+  return std::max<std::int64_t>(0, image_size_bytes - std::max<std::int64_t>(0, base_size_bytes));
+}
+
+Status check_custom_image_name(store::Database& db, const std::string& owner, const std::string& name) {
+  if (!is_valid_resource_name(name))
+    return fail(ErrorCode::invalid_argument, "name: must match [a-z][a-z0-9-]{0,62} and not look like an id");
+  auto public_one = db.one("SELECT 1 FROM images WHERE name = ? AND visibility = 'public' AND state != 'deleted'", {name});
+  if (!public_one) return fail(public_one.error());
+  if (*public_one) return fail(ErrorCode::conflict, "name: " + name + " is a public image's name");
+  auto own = db.one("SELECT 1 FROM images WHERE owner = ? AND name = ? AND visibility = 'private' AND state != 'deleted'",
+                    {owner, name});
+  if (!own) return fail(own.error());
+  if (*own) return fail(ErrorCode::conflict, "name: you already have an image named " + name);
+  return ok();
+}
+
+Result<std::int64_t> custom_image_count(store::Database& db, const std::string& owner) {
+  auto row = db.one("SELECT COUNT(*) FROM images WHERE owner = ? AND visibility = 'private' AND purged_at IS NULL", {owner});
   if (!row) return fail(row.error());
   return (*row)->int64(0);
 }
+
+Status insert_custom_image(store::Database& db, const Image& i) {
+  return db.run("INSERT INTO images (id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, "
+                "visibility, owner, state, ssh, created_at, state_reason, own_size_bytes, host_id, source_instance, "
+                "base_image_id) VALUES (?, ?, '', ?, ?, ?, ?, ?, 0, 'private', ?, 'creating', ?, ?, '', 0, ?, ?, ?)",
+                {i.id, i.name, i.description, i.os, i.python, i.cuda, frameworks_text(i.frameworks), *i.owner, i.ssh,
+                 to_unix_micros(i.created_at), i.host_id, i.source_instance, i.base_image_id});
+}
+
+Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& r) {
+  Status s = r.ok ? db.run("UPDATE images SET state = 'available', state_reason = '', engine_image = ?, size_bytes = ?, "
+                           "own_size_bytes = ? WHERE id = ? AND state = 'creating'",
+                           {r.engine_image, r.size_bytes, r.own_size_bytes, id})
+                  : db.run("UPDATE images SET state = 'error', state_reason = ? WHERE id = ? AND state = 'creating'",
+                           {r.reason, id});
+  if (!s) return fail(s.error());
+  return db.changes() == 1;
+}
+
+namespace {
+Result<Image> own_custom(store::Database& db, const std::string& owner, const std::string& id_or_name, bool deleted) {
+  auto row = db.one(std::string(kColumns) + "WHERE purged_at IS NULL AND (id = ? OR name = ?) AND " +
+                        (deleted ? "state = 'deleted' " : "state != 'deleted' ") +
+                        "AND (visibility = 'public' OR owner = ?) ORDER BY visibility = 'private' DESC, "
+                        "deleted_at DESC LIMIT 1",
+                    {id_or_name, id_or_name, owner});
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::not_found, "image " + id_or_name + " not found");
+  return image_from(**row);
+}
+}  // namespace
+
+Result<Image> delete_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name, SysTime now) {
+  auto image = own_custom(db, owner, id_or_name, false);
+  if (!image) return image;
+  if (image->visibility == "public") return fail(ErrorCode::forbidden, "image " + image->name + " is a public image");
+  if (image->state == "creating")
+    return fail(ErrorCode::conflict, "image " + image->name + " is being saved; delete it once it is available");
+  if (auto s = db.run("UPDATE images SET state = 'deleted', deleted_at = ?, purge_warned = 0 WHERE id = ? AND state = ?",
+                      {to_unix_micros(now), image->id, image->state});
+      !s)
+    return fail(s.error());
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "image " + image->name + " changed meanwhile; try again");
+  return find_image_by_id(db, image->id);
+}
+
+Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name) {
+  auto image = own_custom(db, owner, id_or_name, true);
+  if (!image) {
+    // A live one by that id: restoring it changes nothing.
+    auto live = own_custom(db, owner, id_or_name, false);
+    if (live && live->visibility == "private") return live;
+    return image;
+  }
+  if (auto s = check_custom_image_name(db, owner, image->name); !s)
+    return fail(s.error().code, "cannot restore: " + s.error().detail);
+  const std::string state = image->engine_image.empty() ? "error" : "available";
+  if (auto s = db.run("UPDATE images SET state = ?, deleted_at = NULL, purge_warned = 0 WHERE id = ? AND state = 'deleted' "
+                      "AND purged_at IS NULL",
+                      {state, image->id});
+      !s)
+    return fail(s.error());
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "image " + image->name + " changed meanwhile; try again");
+  return find_image_by_id(db, image->id);
+}
+
+Result<std::vector<Image>> deleted_custom_images(store::Database& db) {
+  return many(db, "WHERE visibility = 'private' AND state = 'deleted' AND purged_at IS NULL ORDER BY deleted_at, id", {});
+}
+
+Result<bool> mark_purge_warned(store::Database& db, const std::string& id, SysTime deleted_at) {
+  if (auto s = db.run("UPDATE images SET purge_warned = 1 WHERE id = ? AND state = 'deleted' AND purged_at IS NULL "
+                      "AND deleted_at = ? AND purge_warned = 0",
+                      {id, to_unix_micros(deleted_at)});
+      !s)
+    return fail(s.error());
+  return db.changes() == 1;
+}
+
+Result<bool> mark_purged(store::Database& db, const std::string& id, SysTime deleted_at, SysTime now) {
+  if (auto s = db.run("UPDATE images SET purged_at = ? WHERE id = ? AND state = 'deleted' AND purged_at IS NULL "
+                      "AND deleted_at = ?",
+                      {to_unix_micros(now), id, to_unix_micros(deleted_at)});
+      !s)
+    return fail(s.error());
+  return db.changes() == 1;
+}
+
+Result<std::vector<Image>> engine_images_to_remove(store::Database& db) {
+  return many(db, "WHERE visibility = 'private' AND purged_at IS NOT NULL AND engine_removed = 0 AND engine_image != '' "
+                  "AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.image_id = images.id AND i.state != 'released') "
+                  "ORDER BY purged_at, id",
+              {});
+}
+
+Status mark_engine_removed(store::Database& db, const std::string& id) {
+  return db.run("UPDATE images SET engine_removed = 1 WHERE id = ?", {id});
+}
+
 }  // namespace gpucloud::instances

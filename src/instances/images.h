@@ -27,15 +27,58 @@ struct Image {
   std::string state_reason;  // why it is in `error`
   bool ssh = true;
   SysTime created_at;
+  // Custom images: the layers it added over its base (what it is billed for), where the
+  // engine holds it, what it was saved from, and its recycle-bin times.
+  std::int64_t own_size_bytes = 0;
+  std::optional<std::string> host_id, source_instance, base_image_id;
+  std::optional<SysTime> deleted_at, purged_at;
+  bool purge_warned = false;
+  bool engine_removed = false;
 };
 
 // Lists the base image and the config's images as public images (kept in step with the config).
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now);
-Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer);
+// Public images plus the viewer's own that are not deleted; with `deleted`, only the viewer's
+// deleted (still restorable) ones.
+Result<std::vector<Image>> list_images(store::Database& db, const std::string& viewer, bool deleted = false);
 Result<Image> find_image_by_id(store::Database& db, const std::string& id);
 // Public images and the viewer's own; others' private images are "not found".
 Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name);
 boost::json::object image_json(const Image& image);
+// GET /images/{id}: as find_image, but the viewer's own deleted (not purged) images too.
+Result<Image> find_image_for_view(store::Database& db, const std::string& viewer, const std::string& id_or_name);
+
+// ---- custom images -------------------------------------------------------------------------
+
+// What a custom image is billed for: the bytes its layers add over its base image's.
+std::int64_t own_size_bytes(std::int64_t image_size_bytes, std::int64_t base_size_bytes);
+// A new custom image's name: invalid_argument when malformed, conflict when the owner has a
+// (not deleted) image by that name or a public image has it.
+Status check_custom_image_name(store::Database& db, const std::string& owner, const std::string& name);
+// Custom images of `owner` that count against the images quota: all not purged (deleted
+// ones too: they can be restored).
+Result<std::int64_t> custom_image_count(store::Database& db, const std::string& owner);
+Status insert_custom_image(store::Database& db, const Image& image);
+// creating → available (with the engine's reference and sizes) or → error (with why);
+// a compare-and-set on `creating`: false when the image had left it (deleted meanwhile).
+struct SaveResult {
+  bool ok = false;
+  std::string engine_image, reason;
+  std::int64_t size_bytes = 0, own_size_bytes = 0;
+};
+Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& result);
+// Own custom image → deleted (not while it is being saved). Public ones: forbidden.
+Result<Image> delete_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name, SysTime now);
+// deleted → as it was before (available, or error), while not purged.
+Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name);
+// Deleted, unpurged custom images (for the recycle-bin timers).
+Result<std::vector<Image>> deleted_custom_images(store::Database& db);
+// The purge_warned flag and the purge itself, each a compare-and-set on a deleted, unpurged row.
+Result<bool> mark_purge_warned(store::Database& db, const std::string& id, SysTime deleted_at);
+Result<bool> mark_purged(store::Database& db, const std::string& id, SysTime deleted_at, SysTime now);
+// Purged custom images whose engine copy is still there and no live instance uses.
+Result<std::vector<Image>> engine_images_to_remove(store::Database& db);
+Status mark_engine_removed(store::Database& db, const std::string& id);
 
 // The public images and the engine references behind them (what the agent is asked about).
 Result<std::vector<Image>> public_images(store::Database& db);
@@ -49,9 +92,4 @@ struct EngineImage {
 };
 Status record_engine_image(store::Database& db, const Image& image, const EngineImage& seen, const std::string& host_name);
 
-}  // namespace gpucloud::instances
-
-namespace gpucloud::instances {
-// Custom images counting against the owner's `images` quota (those in the recycle bin too).
-Result<std::int64_t> private_image_count(store::Database& db, const std::string& owner);
 }  // namespace gpucloud::instances

@@ -36,7 +36,7 @@ constexpr const char* kColumns =
     "SELECT i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, h.name, i.gpu_model, i.gpu_count, i.cpu, "
     "i.memory_gib, i.no_gpu, i.system_disk_gib, i.image_id, i.ssh_keys, i.password_hash, i.billing_mode, i.auto_renew, "
     "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, i.charged, i.created_at, "
-    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation FROM instances i LEFT JOIN hosts h ON h.id = i.host_id "
+    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes FROM instances i LEFT JOIN hosts h ON h.id = i.host_id "
     "LEFT JOIN images im ON im.id = i.image_id ";
 
 Instance instance_from(const store::Row& r) {
@@ -73,6 +73,7 @@ Instance instance_from(const store::Row& r) {
   i.released_at = time_of(r.opt_int64(29));
   i.image_name = r.opt_text(30).value_or("");
   i.generation = r.int64(31);
+  i.system_disk_used_bytes = r.opt_int64(32);
   return i;
 }
 
@@ -290,6 +291,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["cpu_capped_to_machine"] = i.cpus_capped;
   o["memory_gib"] = i.memory_gib;
   o["system_disk_gib"] = i.system_disk_gib;
+  o["system_disk_used_bytes"] = i.system_disk_used_bytes ? json::value(*i.system_disk_used_bytes) : json::value(nullptr);
   o["image"] = i.image_id;
   o["image_name"] = i.image_name;
   o["no_gpu"] = i.no_gpu;

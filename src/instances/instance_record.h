@@ -52,6 +52,9 @@ struct Instance {
     std::string id, mount_path;
   };
   std::vector<AttachedDisk> data_disks;  // read only (the disks attached to it)
+  // What the system disk holds (the engine's count of written bytes), as reconcile last saw
+  // it; nullopt when unknown. Written only by record_system_disk_use (system_disk.h).
+  std::optional<std::int64_t> system_disk_used_bytes;
 };
 
 Status insert_instance(store::Database& db, const Instance& instance);

@@ -12,6 +12,7 @@
 #include "disks/disk_service.h"
 #include "events/events.h"
 #include "instances/images.h"
+#include "instances/system_disk.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
 #include "market/hosts.h"
@@ -108,6 +109,7 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
                        {"image", inputs->engine_image},
                        {"cpu", i.cpu},
                        {"memory_gib", i.memory_gib},
+                       {"system_disk_gib", i.system_disk_gib},
                        {"gpu_uuids", std::move(gpus)},
                        {"gpus_simulated", i.gpus_simulated},
                        {"ports", std::move(ports)},
@@ -302,6 +304,13 @@ asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) 
   co_return false;
 }
 
+asio::awaitable<Status> InstanceService::record_system_disk(std::string host, json::object observed) {
+  auto write = [host = std::move(host), observed = std::move(observed), now = clock_.now()](store::Database& db) {
+    return record_system_disk_report(db, host, observed, now);
+  };
+  co_return co_await store_.write(std::move(write));
+}
+
 void InstanceService::start_background(std::chrono::seconds period) {
   period_ = period;
   asio::co_spawn(loop_, reconcile(), asio::detached);
@@ -433,6 +442,8 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
       complete = false;
       continue;
     }
+    if (auto s = co_await record_system_disk(host, outcome->observed); !s)
+      spdlog::warn("reconcile system disks: {}", s.error().detail);
     const auto* instances = outcome->observed.if_contains("instances");
     if (instances && instances->is_array()) {
       for (const auto& v : instances->as_array()) {

@@ -78,6 +78,8 @@ class InstanceService {
                                                              boost::json::object desired, std::string command_id = "");
   boost::asio::awaitable<Result<boost::json::object>> ensure(const Instance& instance, InstanceState desired);
   boost::asio::awaitable<void> reconcile_pass();
+  // instance.status's system disk part: what the host enforces, what each instance uses.
+  boost::asio::awaitable<Status> record_system_disk(std::string host, boost::json::object observed);
   void schedule_reconcile();
   // Asks the engine about each public image: its size, or that it is missing.
   boost::asio::awaitable<void> refresh_images();

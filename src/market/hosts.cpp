@@ -79,7 +79,7 @@ Status set_host_state(store::Database& db, const std::string& host_name, const s
 namespace {
 constexpr const char* kHostColumns =
     "id, name, zone, state, simulated, inventory_source, inventory_error, engine, cpu, cpu_used, memory_gib, "
-    "memory_gib_used, port_min, port_max, last_seen";
+    "memory_gib_used, port_min, port_max, last_seen, system_disk_enforced, system_disk_reason";
 
 HostRecord host_from(const store::Row& r) {
   HostRecord h;
@@ -98,6 +98,8 @@ HostRecord host_from(const store::Row& r) {
   h.port_min = static_cast<int>(r.int64(12));
   h.port_max = static_cast<int>(r.int64(13));
   if (auto seen = r.opt_int64(14)) h.last_seen = from_unix_micros(*seen);
+  if (auto enforced = r.opt_int64(15)) h.system_disk_enforced = *enforced != 0;
+  h.system_disk_reason = r.text(16);
   return h;
 }
 
@@ -204,6 +206,11 @@ json::object host_json(const HostRecord& h) {
   o["port_range"] = std::to_string(h.port_min) + "-" + std::to_string(h.port_max);
   o["gpus"] = std::move(gpus);
   o["last_seen"] = h.last_seen ? json::value(format_rfc3339(*h.last_seen)) : json::value(nullptr);
+  o["system_disk_enforced"] = h.system_disk_enforced.value_or(false);
+  o["system_disk_reason"] = h.system_disk_enforced.value_or(false)
+                                ? json::value(nullptr)
+                                : json::value(h.system_disk_enforced ? h.system_disk_reason
+                                                                     : std::string("not reported by the host yet"));
   return o;
 }
 

@@ -46,6 +46,9 @@ struct HostRecord {
   int port_min = 0, port_max = 0;
   std::optional<SysTime> last_seen;
   std::vector<GpuRecord> gpus;
+  // Whether the host's engine enforces system_disk_gib (nullopt: not reported yet), and why not.
+  std::optional<bool> system_disk_enforced;
+  std::string system_disk_reason;
 };
 
 // Records a registration: creates or updates the host and its GPUs, matched by UUID (GPUs

@@ -61,6 +61,8 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   instances_->use_disks(*disks_);
   disks_->start_background();  // disks and snapshots left half-made, usage, the recycle bin's timer
   instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
+  images_ = std::make_unique<instances::ImageService>(loop_, config_, *store_, *clock_, hosts_->agent());
+  co_await images_->start();  // resumes saves, arms the recycle bin's timers
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
 }

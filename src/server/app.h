@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "core/platform_clock.h"
 #include "disks/disk_service.h"
+#include "instances/image_service.h"
 #include "instances/lifecycle.h"
 #include "server/auth_cache.h"
 #include "server/host_registry.h"
@@ -90,6 +91,7 @@ class App {
   HostRegistry& hosts() { return *hosts_; }
   instances::InstanceService& instances() { return *instances_; }
   disks::DiskService& disks() { return *disks_; }
+  instances::ImageService& images() { return *images_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
 
@@ -139,6 +141,7 @@ class App {
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<disks::DiskService> disks_;
   std::unique_ptr<instances::InstanceService> instances_;
+  std::unique_ptr<instances::ImageService> images_;
   std::string installation_id_;
 };
 

@@ -92,6 +92,7 @@ Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_c
 asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, asio::io_context& io) {
   app.instances().stop_background();
   app.disks().stop_background();
+  app.images().stop();
   co_await http.shutdown(std::chrono::seconds(10));  // in-flight requests finish first
   // Engine work under way finishes too (a step is short; a crash mid-step is recovered at
   // the next start anyway): destroying its coroutines under it would free what it still uses.

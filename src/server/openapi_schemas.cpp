@@ -128,6 +128,8 @@ json::object instance_schemas(json::object& s) {
        {"cpu_capped_to_machine", boolean("Fewer CPUs than `cpu` exist on the host; the container got them all")},
        {"memory_gib", integer()},
        {"system_disk_gib", integer()},
+       {"system_disk_used_bytes",
+        nullable(integer("What the system disk holds (the engine's count), as last seen; null when unknown"))},
        {"image", str("The image id")},
        {"image_name", str("The image's name")},
        {"no_gpu", boolean("Running (or to start) at the no-GPU size")},
@@ -271,9 +273,12 @@ json::object component_schemas() {
                        {"size_bytes", integer()},
                        {"visibility", one_of({"public", "private"})},
                        {"owner", nullable(str("null for public images"))},
-                       {"state", one_of({"creating", "available", "error"})},
+                       {"state", one_of({"creating", "available", "error", "deleted"})},
                        {"ssh", boolean("The image has sshd")},
                        {"engine_image", str("The container engine's reference")},
+                       {"own_size_bytes", integer("Custom images: the bytes its layers add over its base (what is billed)")},
+                       {"source_instance", nullable(str("Custom images: the instance it was saved from"))},
+                       {"deleted_at", nullable(time("In the recycle bin since (restorable for [policy] recycle_days)"))},
                        {"created_at", time()}});
   json::object instance = instance_schemas(s);  // adds the nested parts first
   s["Instance"] = std::move(instance);
@@ -313,7 +318,9 @@ json::object component_schemas() {
                       {"memory_gib_used", integer()},
                       {"port_range", str("MIN-MAX host ports for published instance ports")},
                       {"gpus", array_of(ref("HostGpu"))},
-                      {"last_seen", nullable(time())}});
+                      {"last_seen", nullable(time())},
+                      {"system_disk_enforced", boolean("The engine enforces system_disk_gib (a btrfs data root)")},
+                      {"system_disk_reason", nullable(str("Why it is not enforced"))}});
   s["Disk"] = answer({{"id", str("d-...")},
                       {"name", str()},
                       {"owner", str()},
@@ -378,6 +385,9 @@ json::object component_schemas() {
   s["SshKeyCreate"] = object({{"name", with(str(), "pattern", kNamePattern)},
                               {"public_key", str("OpenSSH format: TYPE BASE64 [COMMENT]; DSA is refused")}},
                              {"name", "public_key"});
+  s["ImageSave"] = object({{"name", with(str("Unique among your images; not a public image's name"), "pattern", kNamePattern)},
+                           {"description", with(str(), "maxLength", 1000)}},
+                          {"name"});
   s["InstanceCreate"] = instance_create_schema();
   s["InstanceUpdate"] = instance_update_schema();
   s["InstanceStart"] = object({{"no_gpu", with(boolean("Start at the no-GPU size, to reach its data"), "default", false)}});
@@ -498,9 +508,17 @@ const std::vector<OperationSpec>& operation_specs() {
        .response = "", .errors = {404}},
       // images
       {.method = "GET", .pattern = "/api/v1/images", .operation_id = "listImages", .status = 200, .response = "ImageList",
-       .errors = {400}, .query = page},
+       .errors = {400},
+       .query = {limit, cursor, {"state", "string", "deleted: only your deleted, still restorable images", {"deleted"}}}},
       {.method = "GET", .pattern = "/api/v1/images/{id}", .operation_id = "getImage", .status = 200, .response = "Image",
        .errors = {404}},
+      {.method = "DELETE", .pattern = "/api/v1/images/{id}", .operation_id = "deleteImage", .status = 200,
+       .response = "Image", .errors = {403, 404, 409}},
+      {.method = "POST", .pattern = "/api/v1/images/{id}/restore", .operation_id = "restoreImage", .status = 200,
+       .response = "Image", .errors = {404, 409}},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/images", .operation_id = "saveInstanceImage", .status = 202,
+       .response = "Image", .request = "ImageSave", .idempotent = true, .errors = {400, 403, 404, 409},
+       .id_description = "The caller's instance: id or name"},
       // data disks and snapshots
       {.method = "POST", .pattern = "/api/v1/disks", .operation_id = "createDisk", .status = 202, .response = "Disk",
        .request = "DiskCreate", .idempotent = true, .errors = {400, 403, 409}},

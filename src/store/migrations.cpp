@@ -300,6 +300,25 @@ CREATE TABLE user_quotas (
   images INTEGER CHECK (images >= 0)
 );
 )sql"},
+    // Custom images (saved from an instance's system disk, billed by their own layers) and
+    // their recycle bin; what each host's engine enforces of a system disk's size, and how
+    // much of it an instance uses. A purged image keeps its row (instances still name it)
+    // with purged_at set: it is gone from the API.
+    {9, R"sql(
+ALTER TABLE images ADD COLUMN own_size_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE images ADD COLUMN host_id TEXT;
+ALTER TABLE images ADD COLUMN source_instance TEXT;
+ALTER TABLE images ADD COLUMN base_image_id TEXT;
+ALTER TABLE images ADD COLUMN deleted_at INTEGER;
+ALTER TABLE images ADD COLUMN purge_warned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE images ADD COLUMN purged_at INTEGER;
+ALTER TABLE images ADD COLUMN engine_removed INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX images_private_name ON images(owner, name) WHERE visibility = 'private' AND state != 'deleted';
+CREATE INDEX images_by_owner ON images(owner, created_at);
+ALTER TABLE hosts ADD COLUMN system_disk_enforced INTEGER;
+ALTER TABLE hosts ADD COLUMN system_disk_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN system_disk_used_bytes INTEGER;
+)sql"},
 };
 
 }  // namespace

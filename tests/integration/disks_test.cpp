@@ -257,5 +257,88 @@ TEST_F(DisksTest, DOCKER_ROOT_BadRequestsAreRefusedWithTheirCodeAndChangeNothing
   EXPECT_EQ(shape(), before) << "nothing changed";
 }
 
+// kill -9 at each disk step, restart: the disk (or snapshot) settles where its step leads,
+// exactly once, its data intact, and nothing of it leaks (loop devices, mounts, temp files).
+struct DiskCrashCase {
+  const char* fault;
+  const char* action;    // create | snapshot | purge
+  const char* settles;   // the state it reaches after the restart ("gone": 404)
+};
+
+class DiskCrashTest : public DisksTest, public ::testing::WithParamInterface<DiskCrashCase> {};
+
+TEST_P(DiskCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartSettles) {
+  const DiskCrashCase& c = GetParam();
+  const std::string action = c.action;
+  std::string disk_id;
+  if (action != "create") {
+    auto made = daemon_->post("/api/v1/disks", {{"name", "vault"}, {"size_gib", 1}}, user_);
+    ASSERT_EQ(made.status, 202) << made.body;
+    disk_id = std::string(made.json().at("id").as_string());
+    wait_disk(disk_id, "available");
+  }
+  daemon_->stop();
+  daemon_->start(c.fault);
+  std::string resource;
+  try {
+    if (action == "create") {
+      daemon_->post("/api/v1/disks", {{"name", "vault"}, {"size_gib", 1}}, user_);
+    } else if (action == "snapshot") {
+      daemon_->post("/api/v1/disks/vault/snapshots", {{"name", "snap"}}, user_);
+    } else {
+      daemon_->request("DELETE", "/api/v1/disks/vault", "", user_);
+      daemon_->post("/api/v1/admin/clock", {{"advance_seconds", 3 * 86400}}, daemon_->admin_token());
+    }
+  } catch (...) {
+  }
+  ASSERT_TRUE(daemon_->killed_at(c.fault));
+  daemon_->start();
+  if (action == "create") {
+    auto list = daemon_->get("/api/v1/disks", user_).json().at("items").as_array();
+    ASSERT_EQ(list.size(), 1u) << "made once";
+    disk_id = std::string(list[0].at("id").as_string());
+  }
+  const std::string settles = c.settles;
+  if (action == "snapshot") {
+    json::value snap;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          auto list = daemon_->get("/api/v1/snapshots", user_).json().at("items").as_array();
+          if (list.size() != 1) return false;
+          snap = list[0];
+          return snap.at("state").as_string() == settles;
+        },
+        30s, "the snapshot to be " + settles));
+    EXPECT_EQ(daemon_->get("/api/v1/snapshots", user_).json().at("items").as_array().size(), 1u);
+  } else if (settles == "gone") {
+    ASSERT_TRUE(wait_until([&] { return daemon_->get("/api/v1/disks/" + disk_id, user_).status == 404; }, 30s,
+                           "the disk to be destroyed"));
+  } else {
+    wait_disk(disk_id, settles);
+  }
+  // Nothing of it is left mounted or on a loop device; a destroyed disk leaves no file.
+  EXPECT_EQ(shell("grep -c " + disk_id + " /proc/mounts || true"), "0\n");
+  EXPECT_EQ(shell("losetup -a | grep -c " + disk_id + " || true"), "0\n");
+  std::string files = shell("find '" + daemon_->data_dir() + "/agent' -name '*" + disk_id + "*' 2>/dev/null");
+  if (settles == "gone") EXPECT_EQ(files, "") << files;
+  else EXPECT_EQ(shell("find '" + daemon_->data_dir() + "/agent' -name '*" + disk_id + "*tmp*' 2>/dev/null"), "") << files;
+  // Events: created once.
+  auto events = daemon_->get("/api/v1/events?limit=1000&resource=" + disk_id, user_).json().at("items").as_array();
+  int created = 0;
+  for (const auto& e : events) created += e.at("type").as_string() == "disk.created";
+  EXPECT_EQ(created, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, DiskCrashTest,
+                         ::testing::Values(DiskCrashCase{"disk.after_create_commit", "create", "available"},
+                                           DiskCrashCase{"disk.after_agent", "create", "available"},
+                                           DiskCrashCase{"snapshot.after_agent", "snapshot", "available"},
+                                           DiskCrashCase{"disk.destroy.before_state_commit", "purge", "gone"}),
+                         [](const auto& info) {
+                           std::string name = info.param.fault;
+                           for (char& ch : name) if (ch == '.') ch = '_';
+                           return name;
+                         });
+
 }  // namespace
 }  // namespace gpucloud::testing

@@ -352,6 +352,7 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   host["ReadonlyRootfs"] = false;
   host["IpcMode"] = "private";
   host["NetworkMode"] = spec.network.empty() ? std::string("default") : spec.network;
+  if (spec.system_disk_gib > 0) host["StorageOpt"] = json::object{{"size", storage_size_opt(spec.system_disk_gib)}};
   host["Mounts"] = std::move(mounts);
   host["LogConfig"] = json::object{
       {"Type", "json-file"}, {"Config", json::object{{"max-size", "10m"}, {"max-file", "2"}}}};
@@ -390,7 +391,7 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   body["Tty"] = false;
   body["OpenStdin"] = false;
   body["HostConfig"] = std::move(host);
-  if (!spec.network.empty()) {
+  if (!spec.network.empty() && spec.network != "none") {
     json::object endpoint;
     if (!spec.ipv4.empty()) endpoint["IPAMConfig"] = json::object{{"IPv4Address", spec.ipv4}};
     body["NetworkingConfig"] =
@@ -419,7 +420,17 @@ awaitable<Result<DriverInfo>> DockerEngineDriver::fingerprint() {
   out.memory_bytes = int_at(info, "MemTotal");
   out.live_restore = bool_at(info, "LiveRestoreEnabled");
   if (const auto* runtimes = object_at(info, "Runtimes")) out.nvidia_runtime = runtimes->contains("nvidia");
+  out.storage_driver = string_at(info, "Driver");
   co_return out;
+}
+
+awaitable<Result<std::int64_t>> DockerEngineDriver::system_disk_used(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/json?size=1";
+  auto res = co_await engine_.call(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  const json::object* o = res->if_object();
+  if (o == nullptr || !o->contains("SizeRw")) co_return fail(ErrorCode::unavailable, "the engine reported no SizeRw");
+  co_return int_at(o, "SizeRw");
 }
 
 awaitable<Result<NetworkInfo>> DockerEngineDriver::ensure_network(NetworkSpec spec) {

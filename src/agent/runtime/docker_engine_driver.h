@@ -66,6 +66,7 @@ class DockerEngineDriver final : public RuntimeDriver {
   boost::asio::awaitable<Result<ContainerStatus>> wait(std::string id,
                                                         std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<std::string>> logs(std::string id, int tail) override;
+  boost::asio::awaitable<Result<std::int64_t>> system_disk_used(std::string id) override;
   boost::asio::awaitable<Result<ExecResult>> exec_run(std::string id, std::vector<std::string> argv,
                                                       std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<std::string>> exec_capture(std::string id,

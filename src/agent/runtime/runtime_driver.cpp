@@ -73,3 +73,17 @@ std::optional<std::string> find_host_key(std::string_view log) {
 }
 
 }  // namespace gpucloud::agent
+
+namespace gpucloud::agent {
+
+std::string storage_size_opt(std::int64_t gib) { return std::to_string(gib) + "G"; }
+
+SystemDiskLimit system_disk_limit_for(const std::string& storage_driver) {
+  if (storage_driver == "btrfs" || storage_driver == "zfs") return {true, ""};
+  if (storage_driver.empty()) return {false, "the engine did not name its storage driver"};
+  return {false, "storage driver " + storage_driver +
+                     " cannot limit a container's size here (a btrfs data root can: scripts/start-dockerd.sh); "
+                     "use is reported instead"};
+}
+
+}  // namespace gpucloud::agent

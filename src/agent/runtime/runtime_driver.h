@@ -54,7 +54,14 @@ struct ContainerSpec {
   std::vector<Mount> mounts;             // data disks
   std::vector<std::string> gpu_uuids;    // real GPUs only: no device request when empty
   std::int64_t nofile_limit = 0;         // 0 = engine default; clamped to the agent's hard limit
+  // > 0: the system disk's size, enforced by the engine (HostConfig.StorageOpt size; it
+  // counts the image's layers too). Only where the storage driver can (SystemDiskLimit).
+  std::int64_t system_disk_gib = 0;
 };
+
+// HostConfig.StorageOpt's "size" for a system disk of `gib` GiB ("30G": the engine reads G
+// as GiB). Pure, for tests.
+std::string storage_size_opt(std::int64_t gib);
 
 // What create actually asked of the engine where it differs from the spec.
 struct CreatedContainer {
@@ -116,7 +123,17 @@ struct DriverInfo {
   std::int64_t memory_bytes = 0;
   bool live_restore = false;   // instances survive an engine restart
   bool nvidia_runtime = false; // the engine can honour GPU device requests
+  std::string storage_driver;  // GET /info Driver: "overlay2", "btrfs", ...
 };
+
+// Whether the engine's storage driver enforces a container's size (StorageOpt size), and
+// when not, why. btrfs (subvolume quotas) and zfs (dataset quotas) do; overlay2 needs XFS
+// project quotas, which these hosts' kernels lack, so it is never assumed. Pure.
+struct SystemDiskLimit {
+  bool enforced = false;
+  std::string reason;  // when not enforced
+};
+SystemDiskLimit system_disk_limit_for(const std::string& storage_driver);
 
 struct ExecResult {
   int exit_code = 0;
@@ -214,6 +231,13 @@ class RuntimeDriver {
   virtual boost::asio::awaitable<Result<std::string>> flatten(
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) = 0;
+
+  // Bytes the container wrote over its image (the engine's SizeRw); unavailable where the
+  // driver cannot tell.
+  virtual boost::asio::awaitable<Result<std::int64_t>> system_disk_used(std::string id) {
+    (void)id;
+    co_return fail(ErrorCode::unavailable, "this runtime does not report disk use");
+  }
 };
 
 }  // namespace gpucloud::agent

@@ -1,4 +1,10 @@
-// GET /images, GET /images/{id}: public images plus the caller's own.
+// GET /images, GET /images/{id}: public images plus the caller's own (?state=deleted: the
+// caller's deleted, still restorable ones). POST /instances/{id}/images saves an instance as
+// a custom image (202, creating → available | error); DELETE /images/{id} puts it in the
+// recycle bin; POST /images/{id}/restore takes it out. The rules are instances/image_actions.h.
+#include "api/json_input.h"
+#include "core/ids.h"
+#include "instances/image_actions.h"
 #include "instances/images.h"
 #include "server/app.h"
 #include "server/pagination.h"
@@ -8,10 +14,18 @@ namespace asio = boost::asio;
 
 namespace {
 
+instances::Actor actor_of(const auth::Principal& caller) { return instances::Actor{caller.user.id, caller.user.is_admin()}; }
+
 asio::awaitable<Result<Response>> list_images(RequestContext& ctx) {
   auto page = parse_page_request(ctx.request);
   if (!page) co_return tl::unexpected(page.error());
-  auto read = [viewer = ctx.caller().user.id](store::Database& db) { return instances::list_images(db, viewer); };
+  auto query = ctx.request.query();
+  const std::string state = query["state"];
+  if (!state.empty() && state != "deleted")
+    co_return fail(ErrorCode::invalid_argument, "state: only \"deleted\" (the recycle bin) may be asked for");
+  auto read = [viewer = ctx.caller().user.id, deleted = state == "deleted"](store::Database& db) {
+    return instances::list_images(db, viewer, deleted);
+  };
   auto images = co_await ctx.app.store().read(std::move(read));
   if (!images) co_return tl::unexpected(images.error());
   auto key = [](const instances::Image& i) { return std::make_pair(to_unix_micros(i.created_at), i.id); };
@@ -20,19 +34,77 @@ asio::awaitable<Result<Response>> list_images(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> get_image(RequestContext& ctx) {
   auto read = [viewer = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) {
-    return instances::find_image(db, viewer, id);
+    return instances::find_image_for_view(db, viewer, id);
   };
   auto image = co_await ctx.app.store().read(std::move(read));
   if (!image) co_return tl::unexpected(image.error());
   co_return json_response(200, instances::image_json(*image));
 }
 
+asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  if (auto s = api::only_fields(*body, {"name", "description"}); !s) co_return tl::unexpected(s.error());
+  // Required, but checked after the instance is found: another user's instance is
+  // not_found whatever the body says.
+  auto name = api::optional_string(*body, "name");
+  if (!name) co_return tl::unexpected(name.error());
+  auto description = api::optional_string(*body, "description");
+  if (!description) co_return tl::unexpected(description.error());
+  if (*description && (*description)->size() > 1000)
+    co_return fail(ErrorCode::invalid_argument, "description: at most 1000 characters");
+  instances::SaveImageRequest request{name->value_or(""), description->value_or("")};
+  std::string image_id = new_id("img");
+  auto effect = [&app, request, image_id, actor = actor_of(ctx.caller()), instance = ctx.param("id"),
+                 now = app.clock().now()](store::Database& db) -> Result<Response> {
+    auto image = instances::begin_save_image(db, app.config(), actor, instance, request, image_id, now);
+    if (!image) return tl::unexpected(image.error());
+    return json_response(202, instances::image_json(*image));
+  };
+  auto response = co_await app.run_idempotent(ctx, std::move(effect));
+  if (response && response->status == 202) {
+    // A replayed answer names the first request's image (saving it again is harmless).
+    boost::system::error_code ec;
+    auto v = boost::json::parse(response->body, ec);
+    if (!ec && v.is_object() && v.as_object().contains("id")) app.images().save(std::string(v.at("id").as_string()));
+  }
+  co_return response;
+}
+
+asio::awaitable<Result<Response>> delete_image(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
+    return instances::delete_image(db, app.config(), actor, id, now);
+  };
+  auto deleted = co_await app.store().write(std::move(effect));
+  if (!deleted) co_return tl::unexpected(deleted.error());
+  app.images().arm(*deleted);
+  co_return json_response(200, instances::image_json(*deleted));
+}
+
+asio::awaitable<Result<Response>> restore_image(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
+    return instances::restore_image(db, app.config(), actor, id, now);
+  };
+  auto restored = co_await app.store().write(std::move(effect));
+  if (!restored) co_return tl::unexpected(restored.error());
+  co_return json_response(200, instances::image_json(*restored));
+}
+
 }  // namespace
 
 void register_image_routes(App& app) {
   auto& r = app.router();
-  r.add("GET", "/api/v1/images", Access::user, "images", "The image market and own custom images", list_images);
+  r.add("GET", "/api/v1/images", Access::user, "images", "The image market and own custom images (?state=deleted: the recycle bin)",
+        list_images);
   r.add("GET", "/api/v1/images/{id}", Access::user, "images", "An image", get_image);
+  r.add("DELETE", "/api/v1/images/{id}", Access::user, "images",
+        "Delete an own custom image (hidden and unbilled at once; restorable for [policy] recycle_days)", delete_image);
+  r.add("POST", "/api/v1/images/{id}/restore", Access::user, "images", "Restore a deleted custom image", restore_image);
+  r.add("POST", "/api/v1/instances/{id}/images", Access::user, "images",
+        "Save the instance's system disk as a private image (202; creating, then available or error)", save_image);
 }
 
 }  // namespace gpucloud::server

@@ -20,7 +20,7 @@ Result<json::object> usage_json(store::Database& db, const std::string& user_id)
   if (!inst) return fail(inst.error());
   auto gib = disks::disk_gib_used(db, user_id);
   if (!gib) return fail(gib.error());
-  auto images = instances::private_image_count(db, user_id);
+  auto images = instances::custom_image_count(db, user_id);
   if (!images) return fail(images.error());
   return json::object{{"gpus", inst->gpus_held}, {"instances", inst->instances}, {"disk_gib", *gib}, {"images", *images}};
 }

@@ -1,0 +1,209 @@
+// System disk sizes against a btrfs engine: a dockerd of this test's own (its own socket,
+// pidfile, exec root and a btrfs data root in a sparse loop file, started by
+// scripts/start-dockerd.sh exactly as a set-up would) enforces system_disk_gib, so a write
+// past it fails inside the instance, and instance.status says the host enforces it.
+// DOCKER_ROOT_: needs root (mount, nftables), the base image on the machine's engine (loaded
+// into the private one) and btrfs-progs.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <random>
+
+#include <boost/asio.hpp>
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "agent/instance_runtime.h"
+#include "agent/local_agent.h"
+#include "agent/runtime/docker_engine_driver.h"
+#include "config/config.h"
+#include "support/capabilities.h"
+#include "support/test_resources.h"
+
+#ifndef GPUCLOUD_SOURCE_DIR
+#define GPUCLOUD_SOURCE_DIR "."
+#endif
+
+namespace {
+namespace net = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using gpucloud::agent::Command;
+using gpucloud::agent::DockerEngineDriver;
+using gpucloud::agent::InstanceRuntime;
+using gpucloud::agent::LocalAgent;
+
+const std::string kSource = GPUCLOUD_SOURCE_DIR;
+const std::string kInitPath = kSource + "/scripts/instance-init/gpucloud-init.sh";
+
+std::pair<int, std::string> sh(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return {-1, out};
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string random_hex(int n) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::string out;
+  for (int i = 0; i < n; ++i) out.push_back("0123456789abcdef"[rng() % 16]);
+  return out;
+}
+
+template <class T>
+net::awaitable<std::optional<T>> optional_result(net::awaitable<T> work) {
+  co_return co_await std::move(work);
+}
+template <class T>
+T run(net::io_context& ioc, net::awaitable<T> work) {
+  auto future = net::co_spawn(ioc, optional_result(std::move(work)), net::use_future);
+  ioc.restart();
+  while (future.wait_for(0s) != std::future_status::ready) ioc.run_one_for(50ms);
+  return *future.get();
+}
+
+// The private engine: paths under /run and /var/lib, named for this process.
+struct BtrfsEngine {
+  std::string tag = "gc-btrfs-" + random_hex(6);
+  std::string sock = "/run/" + tag + ".sock";
+  std::string run_dir = "/run/" + tag;
+  std::string lib_dir = "/var/lib/" + tag;
+  std::string env() const {
+    return "DOCKER_SOCK=" + sock + " GPUCLOUD_RUN_DIR=" + run_dir + " GPUCLOUD_LOG_DIR=" + run_dir +
+           " GPUCLOUD_ENGINE_STORAGE=btrfs GPUCLOUD_ENGINE_DATA_ROOT=" + lib_dir + "/engine GPUCLOUD_ENGINE_IMAGE=" + lib_dir +
+           "/engine.img GPUCLOUD_ENGINE_SIZE_GIB=8 DOCKERD_EXTRA_ARGS='--exec-root " + run_dir + "/exec --pidfile " +
+           run_dir + "/engine.pid --bridge none --iptables=false --ip6tables=false'";
+  }
+  std::string start() const {
+    auto [rc, out] = sh(env() + " sh " + kSource + "/scripts/start-dockerd.sh 2>&1");
+    if (rc != 0 || out.find("on btrfs") == std::string::npos) return "start-dockerd.sh: " + out;
+    auto [load_rc, loaded] = sh("docker save gpucloud/base:bookworm-1 | curl -s --max-time 300 --unix-socket " + sock +
+                                " -X POST -H 'Content-Type: application/x-tar' --data-binary @- http://x/images/load");
+    if (load_rc != 0 || loaded.find("Loaded image") == std::string::npos) return "loading the base image: " + loaded;
+    return "";
+  }
+  void stop() const {
+    sh(env() + " sh " + kSource + "/scripts/stop-dockerd.sh >/dev/null 2>&1");
+    sh("umount " + lib_dir + "/engine 2>/dev/null || umount -l " + lib_dir + "/engine 2>/dev/null; rm -rf " + lib_dir + " " + run_dir + " " + sock);
+  }
+};
+
+class SystemDiskTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reason_ = new std::string;
+    if (::geteuid() != 0) {
+      *reason_ = "needs root (mount, nftables)";
+      capability_ = "root";
+    } else if (sh("command -v mkfs.btrfs >/dev/null 2>&1").first != 0) {
+      *reason_ = "btrfs-progs is not installed (apt-get install btrfs-progs)";
+      capability_ = "btrfs";
+    } else if (!gpucloud::testing::have_docker()) {
+      *reason_ = "no engine with gpucloud/base:bookworm-1 on /var/run/docker.sock (scripts/start-dockerd.sh, build-base-image.sh)";
+      capability_ = "docker";
+    } else {
+      engine_ = new BtrfsEngine;
+      *reason_ = engine_->start();
+      capability_ = "btrfs";
+    }
+  }
+  static void TearDownTestSuite() {
+    if (engine_) engine_->stop();
+    delete engine_;
+    engine_ = nullptr;
+  }
+  void SetUp() override {
+    GPUCLOUD_NEED(capability_, reason_->empty(), *reason_);
+    installation_ = "sd" + random_hex(8);
+    table_ = "gpucloud-sd-" + random_hex(8);
+    dir_ = fs::temp_directory_path() / ("gpucloud-sd-" + installation_);
+    DockerEngineDriver::Options o;
+    o.engine.socket_path = engine_->sock;
+    o.init_path = kInitPath;
+    auto driver = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), o);
+    runtime_ = std::make_unique<InstanceRuntime>(ioc_.get_executor(), installation_, (dir_ / "state").string(),
+                                                 std::move(driver), kInitPath, table_);
+    gpucloud::config::Config config;
+    gpucloud::config::Host host;
+    host.name = "test-host";
+    host.zone = "zone-a";
+    host.cpu = 2;
+    host.memory_gib = 4;
+    host.simulated_gpus = {{"RTX 4090", 24, 1}};
+    config.hosts = {host};
+    agent_ = std::make_unique<LocalAgent>(ioc_.get_executor(), config);
+    runtime_->register_handlers(*agent_);
+    ASSERT_TRUE(run(ioc_, runtime_->start()));
+  }
+  void TearDown() override {
+    if (!runtime_) return;
+    (void)execute("instance.remove", json::object{{"instance_id", "i1"}});
+    agent_.reset();
+    runtime_.reset();
+    sh("nft delete table ip " + table_ + " 2>/dev/null; curl -s --unix-socket " + engine_->sock +
+       " -X DELETE http://x/networks/gpucloud-" + installation_ + " >/dev/null");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  gpucloud::agent::CommandOutcome execute(const std::string& kind, json::object desired) {
+    Command c{"c-" + random_hex(8), "test-host", kind, std::move(desired)};
+    auto outcome = run(ioc_, agent_->execute(c));
+    EXPECT_TRUE(outcome) << outcome.error().detail;
+    return outcome ? *outcome : gpucloud::agent::CommandOutcome{};
+  }
+  json::object exec(const std::string& command) {
+    auto o = execute("instance.exec", json::object{{"instance_id", "i1"},
+                                                   {"argv", json::array{"/bin/sh", "-c", command}},
+                                                   {"timeout_ms", 180000}});
+    EXPECT_TRUE(o.ok) << o.error_detail;
+    return o.observed;
+  }
+
+  static inline std::string* reason_ = nullptr;
+  static inline std::string capability_ = "btrfs";
+  static inline BtrfsEngine* engine_ = nullptr;
+  net::io_context ioc_;
+  std::string installation_, table_;
+  fs::path dir_;
+  std::unique_ptr<InstanceRuntime> runtime_;
+  std::unique_ptr<LocalAgent> agent_;
+};
+
+TEST_F(SystemDiskTest, DOCKER_ROOT_AWritePastTheSystemDiskFailsInsideTheInstance) {
+  auto ensured = execute("instance.ensure", json::object{{"instance_id", "i1"},
+                                                         {"name", "small"},
+                                                         {"state", "running"},
+                                                         {"image", "gpucloud/base:bookworm-1"},
+                                                         {"cpu", 1},
+                                                         {"memory_gib", 1},
+                                                         {"system_disk_gib", 1}});
+  ASSERT_TRUE(ensured.ok) << ensured.error_detail;
+  const std::string container(ensured.observed.at("container_id").as_string());
+  auto opt = sh("curl -s --unix-socket " + engine_->sock + " http://x/containers/" + container + "/json");
+  EXPECT_NE(opt.second.find(R"("StorageOpt":{"size":"1G"})"), std::string::npos) << opt.second.substr(0, 300);
+
+  auto small = exec("dd if=/dev/zero of=/root/small bs=1M count=100 2>&1");
+  EXPECT_EQ(small.at("exit_code").as_int64(), 0) << small;
+  auto big = exec("dd if=/dev/zero of=/root/big bs=1M count=1500 2>&1");
+  EXPECT_NE(big.at("exit_code").as_int64(), 0) << "a 1.5 GB write on a 1 GiB system disk must fail: " << big;
+  const std::string out(big.at("stdout").as_string());
+  EXPECT_TRUE(out.find("No space left") != std::string::npos || out.find("quota") != std::string::npos) << out;
+
+  auto status = execute("instance.status", json::object{});
+  ASSERT_TRUE(status.ok) << status.error_detail;
+  EXPECT_TRUE(status.observed.at("system_disk").at("enforced").as_bool()) << status.observed;
+  EXPECT_EQ(status.observed.at("system_disk").at("storage_driver").as_string(), "btrfs");
+  const auto& instances = status.observed.at("instances").as_array();
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_GT(instances[0].at("system_disk_used_bytes").as_int64(), 100LL << 20) << instances[0];
+}
+
+}  // namespace
