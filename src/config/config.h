@@ -80,8 +80,6 @@ struct Policy {
   int recycle_days = 7;  // deleted disks, snapshots, images stay restorable this long (0: final)
   int release_stopped_after_days = 15, arrears_release_instances_after_days = 15,
       arrears_delete_disks_after_days = 30;
-  // Deleted disks, snapshots and custom images stay restorable this long (0: deletion is final).
-  int recycle_days = 7;
 };
 
 struct Server {  // added section [server]

@@ -295,7 +295,6 @@ void check_sections(const Config& c, Checker& k) {
   k.positive("policy.release_stopped_after_days", c.policy.release_stopped_after_days);
   k.positive("policy.arrears_release_instances_after_days", c.policy.arrears_release_instances_after_days);
   k.positive("policy.arrears_delete_disks_after_days", c.policy.arrears_delete_disks_after_days);
-  k.non_negative("policy.recycle_days", c.policy.recycle_days);
   // Disks go in a second, longer grace: never before the instances using them.
   if (c.policy.arrears_delete_disks_after_days < c.policy.arrears_release_instances_after_days) {
     k.error("policy.arrears_delete_disks_after_days",
