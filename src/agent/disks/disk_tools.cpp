@@ -133,7 +133,8 @@ Result<std::vector<MountEntry>> read_mount_table() {
 }
 
 std::optional<MountEntry> find_mount(const std::vector<MountEntry>& table, const std::string& mount_point) {
-  const std::string wanted = fs::path(mount_point).lexically_normal().string();
+  std::string wanted = fs::path(mount_point).lexically_normal().string();
+  while (wanted.size() > 1 && wanted.back() == '/') wanted.pop_back();
   std::optional<MountEntry> found;
   for (const auto& e : table) {
     if (e.mount_point == wanted) found = e;

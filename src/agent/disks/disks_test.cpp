@@ -131,9 +131,9 @@ TEST(Ext4Superblock, SizeAndUsageLikeStatfs) {
   EXPECT_EQ(sb->device_bytes(), std::int64_t{1} << 30);
   EXPECT_EQ(sb->size_bytes(), std::int64_t{249195} * 4096);              // statfs f_blocks
   EXPECT_EQ(sb->used_bytes(), std::int64_t{249195 - 246629} * 4096);     // f_blocks - f_bfree
-  auto big = parse_ext4_superblock(superblock(0, 5, 2, 10, true, 1, 1));
+  auto big = parse_ext4_superblock(superblock(0, 5, 2, 10, true, 2, 1));
   ASSERT_TRUE(big);
-  EXPECT_EQ(big->block_count, (std::uint64_t{1} << 32));
+  EXPECT_EQ(big->block_count, (std::uint64_t{2} << 32));
   EXPECT_EQ(big->free_blocks, (std::uint64_t{1} << 32) + 5);
   auto not64 = parse_ext4_superblock(superblock(100, 50, 0, 0, false, 1, 1));
   ASSERT_TRUE(not64);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <boost/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "agent/disks/disk_tools.h"
 #include "agent/disks/ext4_superblock.h"
@@ -336,9 +337,7 @@ Status LoopExt4Driver::grow(const std::string& disk_id, std::int64_t size_bytes)
     // The file may have grown before a crash stopped the resize: finish it.
     if (!device->empty()) {
       if (loop_device_bytes(*device) >= current) return ok();
-      if (auto s = run_tool({"losetup", "--set-capacity", *device}, kUtilLinux); !s) return fail(std::move(s.error()));
-      if (auto s = run_tool({"resize2fs", *device}, kE2fsprogs, kCheckTimeout); !s) return fail(std::move(s.error()));
-      return ok();
+      return resize_online(disk_id, *device);
     }
     auto sb = read_ext4_superblock(image);
     if (!sb) return fail(std::move(sb.error()));
@@ -347,9 +346,24 @@ Status LoopExt4Driver::grow(const std::string& disk_id, std::int64_t size_bytes)
   }
   if (auto s = set_file_size(image, size_bytes); !s) return s;
   if (device->empty()) return resize_offline(image);
-  // Online: the loop device learns the new file size, then ext4 grows into it.
-  if (auto s = run_tool({"losetup", "--set-capacity", *device}, kUtilLinux); !s) return fail(std::move(s.error()));
-  if (auto s = run_tool({"resize2fs", *device}, kE2fsprogs, kCheckTimeout); !s) return fail(std::move(s.error()));
+  return resize_online(disk_id, *device);
+}
+
+Status LoopExt4Driver::resize_online(const std::string& disk_id, const std::string& device) const {
+  // The loop device learns the new file size, then ext4 grows into it.
+  if (auto s = run_tool({"losetup", "--set-capacity", device}, kUtilLinux); !s) return fail(std::move(s.error()));
+  auto resized = run_tool({"resize2fs", device}, kE2fsprogs, kCheckTimeout);
+  if (!resized) {
+    // The kernel allows an online resize only with CAP_SYS_RESOURCE, which some sandboxes
+    // take from root. The file has its new size: mount() grows the filesystem offline first,
+    // so the disk has it from the instance's next start.
+    const std::string& why = resized.error().detail;
+    if (why.find("Permission denied") != std::string::npos || why.find("not permitted") != std::string::npos) {
+      spdlog::warn(R"({{"event":"disk_online_resize_refused","disk":"{}","note":"grows at its next mount"}})", disk_id);
+      return ok();
+    }
+    return fail(std::move(resized.error()));
+  }
   return ok();
 }
 
@@ -388,6 +402,12 @@ Result<std::string> LoopExt4Driver::mount(const std::string& disk_id) {
   // mount went) would put two ext4 mounts on one image: refuse.
   if (auto attached = loop_devices_of(image); !attached.empty()) {
     return fail(ErrorCode::conflict, "disk " + disk_id + " is still in use (" + attached.front() + ")");
+  }
+  // A grow that could not finish (a crash, or no online resize here) is finished first.
+  auto sb = read_ext4_superblock(image);
+  if (!sb) return fail(std::move(sb.error()));
+  if (sb->device_bytes() + 4 * kMiB < file_size(image)) {
+    if (auto s = resize_offline(image); !s) return fail(std::move(s.error()));
   }
   if (auto s = make_directories(mount_path(disk_id)); !s) return fail(std::move(s.error()));
   auto mounted = run_tool({"mount", "-t", "ext4", "-o", "loop,nodev,nosuid", "--", image, mount_path(disk_id)},

@@ -10,7 +10,7 @@
 //
 // mkfs.ext4 with lazy inode-table and journal init and no reserved blocks (a 100 GiB disk is
 // made in tens of milliseconds). Grow: a bigger file, then resize2fs (online, after
-// losetup -c, when mounted). Snapshot: cp --sparse=always, between fsfreeze -f and -u when
+// losetup -c, when mounted; where the kernel refuses that, at the next mount). Snapshot: cp --sparse=always, between fsfreeze -f and -u when
 // mounted. A disk is mounted nodev,nosuid. ext4 has no reflink: a snapshot and a disk made
 // from one are full (sparse) copies.
 #include "agent/disks/disk_driver.h"
@@ -52,6 +52,9 @@ class LoopExt4Driver : public DiskDriver {
   // The filesystem of an unmounted image made as big as its file (after a bigger file).
   Status resize_offline(const std::string& image) const;
   Status copy_sparse(const std::string& from, const std::string& to) const;
+  // A mounted disk's filesystem grown to its file's new size; where the kernel refuses an
+  // online resize (no CAP_SYS_RESOURCE) it is left to the next mount, and this is ok.
+  Status resize_online(const std::string& disk_id, const std::string& device) const;
 
   std::string root_, snapshots_, tmp_, mounts_;
 };
