@@ -1,6 +1,7 @@
 #include "agent/disks/btrfs_driver.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -214,9 +215,9 @@ Result<BtrfsDriver::Accounting> BtrfsDriver::accounting(bool sync) const {
   return a;
 }
 
-Status BtrfsDriver::ensure_pool_room(std::int64_t extra_bytes) {
+Status BtrfsDriver::ensure_pool_room(std::int64_t extra_bytes, const Accounting* known) {
   std::lock_guard lock(pool_mutex_);
-  auto a = accounting(false);
+  Result<Accounting> a = known ? Result<Accounting>(*known) : accounting(false);
   if (!a) return fail(std::move(a.error()));
   std::int64_t needed = kPoolHeadroom + extra_bytes;
   for (const auto& [path, id] : a->ids) {
@@ -416,21 +417,37 @@ Result<std::vector<SnapshotInfo>> BtrfsDriver::list_snapshots() {
 Result<SnapshotInfo> BtrfsDriver::snapshot(const std::string& disk_id, const std::string& snapshot_id) {
   if (auto s = check_id(disk_id, "disk_id"); !s) return fail(std::move(s.error()));
   if (auto s = check_id(snapshot_id, "snapshot_id"); !s) return fail(std::move(s.error()));
-  auto existing = inspect_snapshot(snapshot_id);
-  if (!existing) return fail(std::move(existing.error()));
-  if (*existing) {
-    if ((*existing)->disk_id != disk_id) {
-      return fail(ErrorCode::conflict, "snapshot " + snapshot_id + " exists for disk " +
-                                           ((*existing)->disk_id.empty() ? "(unknown)" : (*existing)->disk_id));
+  if (is_subvolume(snapshot_path(snapshot_id))) {
+    auto existing = inspect_snapshot(snapshot_id);
+    if (!existing) return fail(std::move(existing.error()));
+    if (*existing) {
+      if ((*existing)->disk_id != disk_id) {
+        return fail(ErrorCode::conflict, "snapshot " + snapshot_id + " exists for disk " +
+                                             ((*existing)->disk_id.empty() ? "(unknown)" : (*existing)->disk_id));
+      }
+      return **existing;
     }
-    return **existing;
   }
-  auto disk = inspect(disk_id);
-  if (!disk) return fail(std::move(disk.error()));
-  if (!*disk) return fail(ErrorCode::not_found, "no disk " + disk_id);
-  if (auto s = ensure_pool_room((*disk)->used_bytes); !s) return fail(std::move(s.error()));
+  if (!is_subvolume(disk_path(disk_id))) return fail(ErrorCode::not_found, "no disk " + disk_id);
+  // Only this disk's qgroup (each btrfs call is a fork, and a snapshot should take milliseconds).
+  auto shown = run_tool({"btrfs", "qgroup", "show", "--raw", "-r", "-f", disk_path(disk_id)}, kBtrfsProgs);
+  if (!shown) return fail(std::move(shown.error()));
+  auto rows = parse_qgroup_show(*shown);
+  if (rows.empty()) return fail(ErrorCode::internal, "no qgroup for disk " + disk_id);
+  SnapshotInfo info;
+  info.snapshot_id = snapshot_id;
+  info.disk_id = disk_id;
+  info.size_bytes = rows.begin()->second.max_referenced;
+  info.used_bytes = rows.begin()->second.referenced;  // as of the last commit; read again below
+  // A new snapshot shares every extent; it costs room only as the disk is rewritten. Grow the
+  // pool only when it is short already.
+  struct statvfs st {};
+  if (::statvfs(mnt_.c_str(), &st) != 0 ||
+      static_cast<std::int64_t>(st.f_bavail * st.f_frsize) < info.used_bytes + kPoolHeadroom) {
+    if (auto s = ensure_pool_room(info.used_bytes); !s) return fail(std::move(s.error()));
+  }
   // The metadata first: a crash before the snapshot leaves only it, removed at start.
-  if (auto s = write_file_durably(snapshot_meta_path(snapshot_id), meta_json(disk_id, (*disk)->size_bytes)); !s) {
+  if (auto s = write_file_durably(snapshot_meta_path(snapshot_id), meta_json(disk_id, info.size_bytes)); !s) {
     return fail(std::move(s.error()));
   }
   // Atomic and consistent: btrfs flushes the subvolume's pending writes into the snapshot.
@@ -441,10 +458,12 @@ Result<SnapshotInfo> BtrfsDriver::snapshot(const std::string& disk_id, const std
     return fail(std::move(s.error()));
   }
   if (auto s = fsync_directory(mnt_ + "/snapshots"); !s) return fail(std::move(s.error()));
-  auto made = inspect_snapshot(snapshot_id);
-  if (!made) return fail(std::move(made.error()));
-  if (!*made) return fail(ErrorCode::internal, "snapshot " + snapshot_id + " vanished");
-  return **made;
+  // The snapshot was made in a transaction commit, which settles its qgroup: now its numbers
+  // include what was written just before (the disk's did not yet).
+  if (auto after = run_tool({"btrfs", "qgroup", "show", "--raw", "-r", "-f", snapshot_path(snapshot_id)}, kBtrfsProgs)) {
+    if (auto now = parse_qgroup_show(*after); !now.empty()) info.used_bytes = now.begin()->second.referenced;
+  }
+  return info;
 }
 
 Status BtrfsDriver::remove_snapshot(const std::string& snapshot_id) {

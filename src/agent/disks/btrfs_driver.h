@@ -74,7 +74,8 @@ class BtrfsDriver : public DiskDriver {
   Result<Accounting> accounting(bool sync) const;
   Status ensure_mounted();
   // Grows the pool file and the filesystem so that every disk could be full at once.
-  Status ensure_pool_room(std::int64_t extra_bytes);
+  // `known`: a listing just taken (saves two forks).
+  Status ensure_pool_room(std::int64_t extra_bytes, const Accounting* known = nullptr);
   Status set_limit(const std::string& path, std::int64_t size_bytes);
   Status delete_subvolume(const std::string& path);
 

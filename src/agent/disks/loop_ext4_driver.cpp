@@ -410,7 +410,7 @@ Result<std::string> LoopExt4Driver::mount(const std::string& disk_id) {
     if (auto s = resize_offline(image); !s) return fail(std::move(s.error()));
   }
   if (auto s = make_directories(mount_path(disk_id)); !s) return fail(std::move(s.error()));
-  auto mounted = run_tool({"mount", "-t", "ext4", "-o", "loop,nodev,nosuid", "--", image, mount_path(disk_id)},
+  auto mounted = run_tool({"mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noinit_itable", "--", image, mount_path(disk_id)},
                           kUtilLinux);
   if (!mounted) {
     ::rmdir(mount_path(disk_id).c_str());
