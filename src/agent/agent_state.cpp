@@ -96,6 +96,34 @@ Result<std::vector<std::string>> read_strings(const json::object& o, std::string
   return out;
 }
 
+json::array data_disks_json(const std::vector<disks::DataDiskAttachment>& items) {
+  json::array out;
+  for (const auto& d : items) out.push_back(json::object{{"disk_id", d.disk_id}, {"mount_path", d.mount_path}});
+  return out;
+}
+
+// "data_disks": [{"disk_id", "mount_path"}]; absent or null = none. Checked with
+// disks::check_data_disks (absolute, not a system directory, no duplicates).
+Result<std::vector<disks::DataDiskAttachment>> data_disks_from_json(const json::object& o) {
+  std::vector<disks::DataDiskAttachment> out;
+  const auto* v = o.if_contains("data_disks");
+  if (!v || v->is_null()) return out;
+  if (!v->is_array()) return invalid("data_disks must be an array");
+  if (v->as_array().size() > 16) return invalid("data_disks: at most 16");
+  for (std::size_t i = 0; i < v->as_array().size(); ++i) {
+    const std::string at = "data_disks[" + std::to_string(i) + "]";
+    const auto& item = v->as_array()[i];
+    if (!item.is_object()) return invalid(at + " must be an object");
+    auto id = read_string(item.as_object(), "disk_id", true);
+    if (!id) return invalid(at + "." + id.error().detail);
+    auto path = read_string(item.as_object(), "mount_path", true);
+    if (!path) return invalid(at + "." + path.error().detail);
+    out.push_back({*id, *path});
+  }
+  if (auto s = disks::check_data_disks(out); !s) return fail(std::move(s.error()));
+  return out;
+}
+
 json::array to_array(const std::vector<std::string>& items) {
   json::array out;
   for (const auto& s : items) out.emplace_back(s);
@@ -246,6 +274,9 @@ Result<InstanceSpec> instance_spec_from_json(const json::value& desired) {
       s.ports.push_back(std::move(*p));
     }
   }
+  auto data_disks = data_disks_from_json(o);
+  if (!data_disks) return fail(data_disks.error());
+  s.data_disks = std::move(*data_disks);
   return s;
 }
 
@@ -267,7 +298,8 @@ json::object to_json(const InstanceSpec& s) {
                       {"system_disk_gib", s.system_disk_gib},
                       {"gpu_uuids", to_array(s.gpu_uuids)},
                       {"gpus_simulated", s.gpus_simulated},
-                      {"ports", std::move(ports)}};
+                      {"ports", std::move(ports)},
+                      {"data_disks", data_disks_json(s.data_disks)}};
 }
 
 json::object to_json(const InstanceRecord& r) {
@@ -287,7 +319,8 @@ json::object to_json(const InstanceRecord& r) {
                                     {"hostname", r.created_with.hostname},
                                     {"cpu", r.created_with.cpu},
                                     {"memory_gib", r.created_with.memory_gib},
-                                    {"gpu_uuids", to_array(r.created_with.gpu_uuids)}}},
+                                    {"gpu_uuids", to_array(r.created_with.gpu_uuids)},
+                                    {"data_disks", data_disks_json(r.created_with.data_disks)}}},
       {"system_images", to_array(r.system_images)},
       {"generation", r.generation},
   };
@@ -342,6 +375,7 @@ Result<InstanceRecord> instance_record_from_json(const json::value& value) {
     r.created_with.cpu = read_number(c, "cpu", false).value_or(0);
     r.created_with.memory_gib = read_int(c, "memory_gib", false).value_or(0);
     r.created_with.gpu_uuids = read_strings(c, "gpu_uuids").value_or(std::vector<std::string>{});
+    r.created_with.data_disks = data_disks_from_json(c).value_or(std::vector<disks::DataDiskAttachment>{});
   }
   auto images = read_strings(o, "system_images");
   if (!images) return fail(images.error());

@@ -21,6 +21,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include "agent/disks/data_disk_mounts.h"
 #include "core/result.h"
 
 namespace gpucloud::agent {
@@ -52,6 +53,8 @@ struct InstanceSpec {
   std::vector<std::string> gpu_uuids;
   bool gpus_simulated = false;
   std::vector<PortSpec> ports;
+  // Data disks bind-mounted into the container (mounted on the host by DiskRuntime first).
+  std::vector<disks::DataDiskAttachment> data_disks;
 };
 
 // What the container was created with: a later desired spec that differs here cannot be
@@ -62,6 +65,7 @@ struct CreatedWith {
   double cpu = 0;
   std::int64_t memory_gib = 0;
   std::vector<std::string> gpu_uuids;  // the device request actually made (none if simulated)
+  std::vector<disks::DataDiskAttachment> data_disks;  // the bind mounts it was made with
 };
 
 struct InstanceRecord {

@@ -20,6 +20,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/disk_runtime.h"
 #include "agent/host_key.h"
 #include "agent/image_saver.h"
 #include "agent/local_agent.h"
@@ -200,6 +201,12 @@ std::string state_reason(const ContainerStatus& c, const std::string& desired_st
 
 json::value nullable(const std::string& s) { return s.empty() ? json::value(nullptr) : json::value(s); }
 
+// Data disks in a canonical order: the same set in another order is no change.
+std::vector<disks::DataDiskAttachment> sorted_disks(std::vector<disks::DataDiskAttachment> d) {
+  std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.disk_id < b.disk_id; });
+  return d;
+}
+
 std::vector<std::string> effective_gpus(const InstanceSpec& spec) {
   return spec.gpus_simulated ? std::vector<std::string>{} : spec.gpu_uuids;
 }
@@ -362,12 +369,18 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
   if (auto s = co_await ensure_network(); !s) co_return s;
   // Re-attach: find each recorded container again (only inspects; nothing is started or
   // stopped) and remember a changed id.
+  std::map<std::string, DiskRuntime::RunningInstance> with_disks;  // running containers' data disks
   for (auto& [id, slot] : instances_) {
     if (!slot->record) continue;
     co_await slot->lock.lock();
     Unlocker guard(slot->lock);
     if (!slot->record) continue;
     auto found = co_await driver_->recover(driver_state_for(*slot->record));
+    if (!found || (found->exists && found->running)) {
+      // Unseen counts as running: its disks must not be taken for stale mounts.
+      const auto& disks = slot->record->created_with.data_disks;
+      if (!disks.empty()) with_disks[id] = DiskRuntime::RunningInstance{slot->record->desired.host, disks};
+    }
     if (!found) {
       spdlog::warn(R"({{"event":"instance_reattach_failed","instance":"{}","error":{}}})", id,
                    error_text(found.error()));
@@ -384,6 +397,8 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
       if (auto s = co_await save_record(updated); s) slot->record = std::move(updated);
     }
   }
+  // Disks of running instances stay mounted; every other mount of ours goes.
+  if (disks_) co_await disks_->adopt(std::move(with_disks));
   co_return co_await apply_firewall();
 }
 
@@ -637,6 +652,7 @@ std::vector<std::string> InstanceRuntime::drift_of(const CreatedWith& cw, const 
   if (cw.cpu > 0 && std::fabs(cw.cpu - spec.cpu) > 1e-9) drift.emplace_back("cpu");
   if (cw.memory_gib > 0 && cw.memory_gib != spec.memory_gib) drift.emplace_back("memory_gib");
   if (cw.gpu_uuids != effective_gpus(spec)) drift.emplace_back("gpu_uuids");
+  if (sorted_disks(cw.data_disks) != sorted_disks(spec.data_disks)) drift.emplace_back("data_disks");
   return drift;
 }
 
@@ -653,7 +669,7 @@ InstanceRuntime::Rebuild InstanceRuntime::rebuild_for(const std::vector<std::str
                                                       int max_layers) {
   // The image is what the engine resolved at create; a newer tag never forces a rebuild.
   auto has = [&](std::string_view d) { return std::find(drift.begin(), drift.end(), d) != drift.end(); };
-  if (has("name") || has("gpu_uuids")) {
+  if (has("name") || has("gpu_uuids") || has("data_disks")) {
     // A commit adds one layer on top of the image the container came from.
     return image_layers + 1 > max_layers ? Rebuild::flatten : Rebuild::commit;
   }
@@ -755,6 +771,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         record.created_with.memory_gib = container.memory_bytes / kGiB;
         record.created_with.hostname = spec.name;
         record.created_with.gpu_uuids = effective_gpus(spec);
+        record.created_with.data_disks = spec.data_disks;
       }
     }
     if (!had_record) {
@@ -827,6 +844,22 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       container.exists = false;
       rebuilt = true;
     }
+    // The data disks, mounted on the host before a container that binds them is made or
+    // started; detached again below (or by the revert) when it ends up not running.
+    std::vector<Mount> disk_mounts;
+    const bool container_starts = !container.exists || (spec.state == "running" && !container.running);
+    if (!spec.data_disks.empty() || (disks_ && container_starts)) {
+      if (!disks_) co_return fail(ErrorCode::unavailable, "data_disks: this agent has no data disks");
+      if (container_starts) {
+        auto attached = co_await disks_->attach(spec.host, id, spec.data_disks);
+        if (!attached) co_return fail(std::move(attached.error()));
+        disk_mounts = std::move(*attached);
+        revert.add([this, id]() { return disks_->detach(id); });
+      } else if (container.running) {
+        // Running already (an agent restart that could not see it): the disks stay its own.
+        co_await disks_->claim(spec.host, id, record.created_with.data_disks);
+      }
+    }
     if (!container.exists) {
       ContainerSpec cs;
       cs.name = container_name(id);
@@ -842,6 +875,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       cs.gpu_uuids = effective_gpus(spec);
       co_await detect_system_disk_limit();
       if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
+      cs.mounts = disk_mounts;
       ContainerSpec retry_spec = cs;
       auto made = co_await driver_->create(std::move(cs));
       if (!made && made.error().code == ErrorCode::not_found && contains(made.error().detail, "network")) {
@@ -858,7 +892,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       record.container_id = made->id;
       record.driver_state = encode_driver_state(driver_state_for(record));
       if (!rebuilt) record.host_key = config_host_key;  // a new filesystem: "" = the init makes one
-      record.created_with = CreatedWith{spec.image, spec.name, spec.cpu, spec.memory_gib, effective_gpus(spec)};
+      record.created_with =
+          CreatedWith{spec.image, spec.name, spec.cpu, spec.memory_gib, effective_gpus(spec), spec.data_disks};
       if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
       container.exists = true;
@@ -878,6 +913,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         co_return fail(std::move(s.error()));
       }
     }
+    // Stopped: its loop disks are unmounted (kept; a disk.remove or another instance may follow).
+    if (spec.state == "stopped" && disks_) co_await disks_->detach(id);
 
     // 6. What the engine now says, and the host key the init printed at boot.
     auto now = co_await driver_->inspect(record.container_id);
@@ -1052,6 +1089,9 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
     if (auto s = co_await driver_->remove(by_name->id); !s) co_return fail(std::move(s.error()));
     removed.emplace_back(by_name->id);
   }
+
+  // Its containers are gone: so is its hold on its data disks (they are never deleted here).
+  if (disks_) co_await disks_->detach(id);
 
   const bool had_record = slot.record.has_value();
   std::optional<InstanceRecord> old = std::move(slot.record);

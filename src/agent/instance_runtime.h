@@ -25,6 +25,15 @@
 // "reason", "storage_driver"}) and reports each container's written bytes
 // ("system_disk_used_bytes", the engine's SizeRw; null when unknown).
 //
+// instance.ensure's "data_disks": [{"disk_id","mount_path"}] (absent = none; paths checked
+// by disks::check_data_disks): before the container is created or started each disk is
+// mounted on the host (DiskRuntime::attach) and bind-mounted at mount_path. Once the
+// container is stopped (desired "stopped") or removed, the disks are detached (loop disks
+// unmounted, never deleted; instance.remove never deletes a data disk). The container
+// records the disks it was made with: another set is drift ("data_disks") and rebuilds a
+// stopped container like a GPU change. Without a DiskRuntime (set_disk_runtime), data disks
+// are refused (unavailable).
+//
 // Every command is idempotent (the same desired state twice changes nothing the second time),
 // answers errors as values, and undoes what it did when a later step fails (a container it
 // created is removed again if it cannot be started, a new record and its address released).
@@ -61,6 +70,7 @@ namespace gpucloud::agent {
 
 class LocalAgent;
 class ImageSaver;
+class DiskRuntime;
 
 inline constexpr std::string_view kInstallationLabel = "gpucloud.installation";
 inline constexpr std::string_view kInstanceLabel = "gpucloud.instance";
@@ -110,6 +120,9 @@ class InstanceRuntime {
   // Touches no container. Commands arriving first load the state themselves (and every
   // ensure/remove re-applies the whole table anyway).
   boost::asio::awaitable<Status> start();
+
+  // Where instances' data disks come from (must outlive this runtime; null: none).
+  void set_disk_runtime(DiskRuntime* disks) { disks_ = disks; }
 
   // Adds the instance.* handlers. The runtime must outlive the agent's use of them.
   void register_handlers(LocalAgent& agent);
@@ -189,6 +202,7 @@ class InstanceRuntime {
   std::string network_name_;
   AgentStateStore store_;
   std::unique_ptr<RuntimeDriver> driver_;
+  DiskRuntime* disks_ = nullptr;
   // Registry pulls of missing images, one at a time per reference, in the background.
   struct PullState {
     bool running = false;

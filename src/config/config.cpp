@@ -192,8 +192,9 @@ class Parser {
   Host read_host(const toml::table& t, const std::string& path) {
     Host h;
     check_keys(t, path,
-               {"name", "zone", "engine", "cpu", "memory_gib", "port_range", "simulated_gpus"});
+               {"name", "zone", "engine", "cpu", "memory_gib", "port_range", "simulated_gpus", "disk_driver"});
     get_string(t, path, "name", h.name);
+    get_string(t, path, "disk_driver", h.disk_driver);
     get_string(t, path, "zone", h.zone);
     get_string(t, path, "engine", h.engine);
     get_int(t, path, "cpu", h.cpu);

@@ -26,6 +26,10 @@ struct SimulatedGpu {
   int count = 0;
 };
 
+// The [[hosts]] disk_driver names (agent/disks/disk_driver_registry.h makes them; a unit
+// test keeps the two lists equal).
+inline constexpr std::string_view kDiskDrivers[] = {"loop-ext4", "btrfs"};
+
 struct Host {
   std::string name;
   std::string zone;  // may be omitted in the file when there is exactly one zone
@@ -35,6 +39,9 @@ struct Host {
   int port_min = 30000;  // config key port_range = "LOW-HIGH", both inclusive
   int port_max = 30999;
   std::vector<SimulatedGpu> simulated_gpus;  // empty => GPUs come from NVML
+  // Where the host keeps data disks: "loop-ext4" (ext4 image files) or "btrfs" (subvolumes
+  // of one pool, instant snapshots). See agent/disks/disk_driver_registry.h.
+  std::string disk_driver = "loop-ext4";
   bool uses_nvml() const { return simulated_gpus.empty(); }
   std::string port_range() const;  // "30000-30999"
 };

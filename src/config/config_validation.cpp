@@ -218,6 +218,9 @@ void check_hosts(const Config& c, Checker& k) {
     if (!is_valid_engine(h.engine)) {
       k.error(p + ".engine", quote(h.engine) + " is not unix:///PATH/TO/docker.sock");
     }
+    if (std::find(std::begin(kDiskDrivers), std::end(kDiskDrivers), h.disk_driver) == std::end(kDiskDrivers)) {
+      k.error(p + ".disk_driver", quote(h.disk_driver) + " is not a disk driver (loop-ext4 or btrfs)");
+    }
     k.positive(p + ".cpu", h.cpu);
     k.positive(p + ".memory_gib", h.memory_gib);
     if (!(1024 <= h.port_min && h.port_min <= h.port_max && h.port_max <= 65535)) {

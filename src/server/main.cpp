@@ -9,9 +9,11 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
+#include <boost/json.hpp>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/disk_runtime.h"
 #include "agent/local_agent.h"
 #include "agent/init_script.h"
 #include "agent/instance_runtime.h"
@@ -175,6 +177,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*runtime)->register_handlers(*local_agent);
+  // Data disks: each host's disk driver (started before the instance runtime re-attaches, so
+  // the mounts of running instances are known when stale ones are cleaned).
+  std::vector<agent::DiskRuntime::HostDriver> disk_hosts;
+  for (const auto& h : agent::LocalAgent::effective_hosts(app.config())) disk_hosts.push_back({h.name, h.disk_driver});
+  auto disk_runtime = std::make_unique<agent::DiskRuntime>(io.get_executor(),
+                                                           (std::filesystem::path(app.config().data_dir) / "agent").string(),
+                                                           std::move(disk_hosts));
+  disk_runtime->register_handlers(*local_agent);
+  (*runtime)->set_disk_runtime(disk_runtime.get());
+  {
+    std::optional<Status> disks_started;
+    asio::co_spawn(io, disk_runtime->start(), [&](std::exception_ptr e, Status s) {
+      disks_started = e ? Status(fail(ErrorCode::internal, "disk runtime start threw")) : std::move(s);
+    });
+    while (!disks_started && io.run_one() > 0) {
+    }
+    io.restart();
+    if (disks_started && !*disks_started)
+      spdlog::warn(R"({{"event":"disks_unavailable","detail":{}}})",
+                   boost::json::serialize(boost::json::value(boost::json::string(disks_started->error().detail))));
+  }
   agent::InstanceRuntime* runtime_ptr = runtime->get();
   local_agent->set_terminal_opener([runtime_ptr](std::string instance_id, int rows, int cols) {
     return runtime_ptr->open_terminal(std::move(instance_id), rows, cols);

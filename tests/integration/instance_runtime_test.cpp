@@ -31,6 +31,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/agent_protocol.h"
+#include "agent/disk_runtime.h"
+#include "agent/disks/disk_tools.h"
 #include "agent/firewall/nftables.h"
 #include "agent/instance_runtime.h"
 #include "agent/local_agent.h"
@@ -52,6 +54,7 @@ using namespace std::chrono_literals;
 using gpucloud::agent::Command;
 using gpucloud::agent::CommandOutcome;
 using gpucloud::agent::ContainerSpec;
+using gpucloud::agent::DiskRuntime;
 using gpucloud::agent::DockerEngineDriver;
 using gpucloud::agent::InstanceRuntime;
 using gpucloud::agent::LocalAgent;
@@ -242,6 +245,7 @@ class InstanceRuntimeTest : public ::testing::Test {
     lease_->add("nft-table", "ip " + table_);
     lease_->add("iptables-comment", "DOCKER-USER gpucloud:" + table_);
     work_dir_ = fs::temp_directory_path() / ("gpucloud-rt-" + installation_);
+    lease_->add("disk-dir", work_dir_.string());  // data disks' mounts and loop devices
     state_dir_ = work_dir_ / "state";
     fs::create_directories(work_dir_);
     driver_ = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
@@ -252,6 +256,7 @@ class InstanceRuntimeTest : public ::testing::Test {
     if (!skip_reason_->empty()) return;
     agent_.reset();
     runtime_.reset();
+    disks_.reset();
     // Everything this test's installation made, whatever state the test left it in.
     if (auto ours = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}))) {
       for (const auto& c : *ours) (void)run(ioc_, driver_->remove(c.id));
@@ -260,21 +265,30 @@ class InstanceRuntimeTest : public ::testing::Test {
     gpucloud::agent::firewall::NftablesFirewall firewall(table_);
     auto removed = firewall.remove_table();
     EXPECT_TRUE(removed) << (removed ? "" : removed.error().detail);
+    lease_->clean();  // data disks still mounted (the containers are gone): unmounted, detached
     std::error_code ignored;
     fs::remove_all(work_dir_, ignored);
   }
 
-  // A runtime and an agent on the state directory, as a daemon (re)start makes them.
+  // A runtime and an agent on the state directory, as a daemon (re)start makes them, with
+  // loop-ext4 data disks under WORK_DIR/agent.
   void boot() {
     agent_.reset();
     runtime_.reset();
+    disks_.reset();
+    disks_ = std::make_unique<DiskRuntime>(ioc_.get_executor(), (work_dir_ / "agent").string(),
+                                           std::vector<DiskRuntime::HostDriver>{{"test-host", "loop-ext4"}});
+    auto disks_started = run(ioc_, disks_->start());
+    ASSERT_TRUE(disks_started) << disks_started.error().detail;
     auto driver = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), driver_options());
     runtime_ = std::make_unique<InstanceRuntime>(ioc_.get_executor(), installation_, state_dir_.string(),
                                                  std::move(driver), kInitPath, table_, runtime_options_);
+    runtime_->set_disk_runtime(disks_.get());
     auto started = run(ioc_, runtime_->start());
     ASSERT_TRUE(started) << started.error().detail;
     agent_ = std::make_unique<LocalAgent>(ioc_.get_executor(), one_host_config());
     runtime_->register_handlers(*agent_);
+    disks_->register_handlers(*agent_);
   }
 
   CommandOutcome execute(const std::string& kind, json::object desired, std::string id = {}) {
@@ -348,6 +362,7 @@ class InstanceRuntimeTest : public ::testing::Test {
   fs::path work_dir_, state_dir_;
   net::io_context ioc_;
   std::unique_ptr<DockerEngineDriver> driver_;
+  std::unique_ptr<DiskRuntime> disks_;  // before runtime_: outlives it
   std::unique_ptr<InstanceRuntime> runtime_;
   std::unique_ptr<LocalAgent> agent_;  // after runtime_: destroyed first (holds its handlers)
 };
@@ -864,4 +879,87 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_NoRawSocketsAndSessionsSeeTheImageEnviro
   std::lock_guard lock(*writers_mutex);
   EXPECT_FALSE(writers->empty());
   for (const auto& id : *writers) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+namespace {
+
+// Whether anything is mounted at `path` in the agent's (this process's) mount namespace.
+bool host_mounted(const fs::path& path) {
+  auto table = gpucloud::agent::disks::read_mount_table();
+  return table && gpucloud::agent::disks::find_mount(*table, path.string()).has_value();
+}
+
+}  // namespace
+
+TEST_F(InstanceRuntimeTest, DOCKER_ROOT_DataDiskIsBindMountedAndOutlivesItsInstance) {
+  const std::string disk = "disk-" + random_hex(12);
+  const fs::path host_mount = work_dir_ / "agent" / "mounts" / disk;
+  auto made = must("disk.ensure", json::object{{"disk_id", disk}, {"size_gib", 1}});
+  ASSERT_EQ(made.at("size_gib").as_int64(), 1);
+  auto with_disk = [&](const std::string& id, const std::string& state, int port, const std::string& path) {
+    auto d = desired(id, state, port);
+    d["data_disks"] = json::array{json::object{{"disk_id", disk}, {"mount_path", path}}};
+    return d;
+  };
+
+  // A: the disk at /root/data, an ext4 of the disk's size, written to.
+  const int port_a = random_port();
+  auto a = must("instance.ensure", with_disk("da", "running", port_a, "/root/data"));
+  ASSERT_TRUE(a.at("running").as_bool());
+  EXPECT_TRUE(host_mounted(host_mount));
+  auto df = exec("da", {"sh", "-c", "stat -f -c '%T %b %S' /root/data && echo payload-42 > /root/data/f && sync"});
+  EXPECT_EQ(df.at("exit_code").as_int64(), 0) << str(df, "stderr");
+  std::istringstream fields(str(df, "stdout"));
+  std::string type;
+  long long blocks = 0, block_size = 0;
+  fields >> type >> blocks >> block_size;
+  EXPECT_EQ(type, "ext2/ext3") << str(df, "stdout");  // stat's name for ext4
+  EXPECT_GT(blocks * block_size, 900LL << 20);
+  EXPECT_LE(blocks * block_size, 1LL << 30);
+  auto status = must("disk.status", json::object{});
+  ASSERT_EQ(status.at("disks").as_array().size(), 1u);
+  EXPECT_TRUE(status.at("disks").as_array()[0].at("mounted").as_bool());
+
+  // Attached to A (running): refused to C, and its removal refused.
+  auto taken = execute("instance.ensure", with_disk("dc", "running", random_port(), "/data"));
+  EXPECT_FALSE(taken.ok);
+  EXPECT_EQ(taken.error_code, "conflict") << taken.error_detail;
+  auto busy = execute("disk.remove", json::object{{"disk_id", disk}});
+  EXPECT_FALSE(busy.ok);
+  EXPECT_EQ(busy.error_code, "conflict") << busy.error_detail;
+
+  // Stopped: unmounted on the host, kept. Removed: the disk stays.
+  auto stopped = must("instance.ensure", with_disk("da", "stopped", port_a, "/root/data"));
+  EXPECT_FALSE(stopped.at("running").as_bool());
+  EXPECT_FALSE(host_mounted(host_mount));
+  EXPECT_FALSE(fs::exists(host_mount)) << "a start behind our back fails rather than writing to the host";
+  must("instance.remove", json::object{{"instance_id", "da"}});
+  status = must("disk.status", json::object{});
+  ASSERT_EQ(status.at("disks").as_array().size(), 1u);
+  EXPECT_FALSE(status.at("disks").as_array()[0].at("mounted").as_bool());
+
+  // B, another instance, at another path: the same bytes.
+  const int port_b = random_port();
+  auto b = must("instance.ensure", with_disk("db", "running", port_b, "/data"));
+  ASSERT_TRUE(b.at("running").as_bool());
+  auto cat = exec("db", {"cat", "/data/f"});
+  EXPECT_EQ(str(cat, "stdout"), "payload-42\n") << str(cat, "stderr");
+
+  // An agent restart keeps the running instance's disk mounted.
+  boot();
+  EXPECT_TRUE(host_mounted(host_mount));
+  EXPECT_EQ(str(exec("db", {"cat", "/data/f"}), "stdout"), "payload-42\n");
+  busy = execute("disk.remove", json::object{{"disk_id", disk}});
+  EXPECT_EQ(busy.error_code, "conflict") << "still attached after the restart";
+
+  // Without the disk, B is rebuilt (a changed set of disks is drift, like other GPUs).
+  must("instance.ensure", with_disk("db", "stopped", port_b, "/data"));
+  auto bare = must("instance.ensure", desired("db", "running", port_b));
+  EXPECT_TRUE(bare.at("rebuilt").as_bool());
+  auto absent = exec("db", {"sh", "-c", "test -e /data/f; echo $?"});
+  EXPECT_EQ(str(absent, "stdout"), "1\n");
+  EXPECT_FALSE(host_mounted(host_mount));
+  auto removed = must("disk.remove", json::object{{"disk_id", disk}});
+  EXPECT_TRUE(removed.at("existed").as_bool());
+  EXPECT_FALSE(fs::exists(work_dir_ / "agent" / "disks" / "loop-ext4" / (disk + ".img")));
 }

@@ -9,7 +9,8 @@ the test process that wrote it for as long as that process lives.
                              then the lease (./dev test runs this before the tests)
 
 Kinds: container NAME, containers-label K=V, images-label K=V, network NAME, nft-table FAMILY NAME,
-iptables-comment CHAIN COMMENT, netns NAME. Only what a lease names is touched.
+iptables-comment CHAIN COMMENT, netns NAME, disk-dir /tmp/DIR (its mounts, loop devices, files).
+Only what a lease names is touched.
 """
 import fcntl
 import http.client
@@ -82,6 +83,36 @@ def remove(kind, value):
                 run("sh", "-c", "iptables -w 5 " + "-D" + rule[2:])
     elif kind == "netns":
         run("ip", "netns", "delete", value)
+    elif kind == "disk-dir":
+        remove_disk_dir(value)
+
+
+def remove_disk_dir(root):
+    """A disk test's directory: its mounts (deepest first), the loop devices of its files, then it."""
+    root = os.path.realpath(root)
+    if root in ("/", "") or not root.startswith("/tmp/"):
+        return
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4].replace("\\040", " ") for line in f]
+    except OSError:
+        points = []
+    for point in sorted((p for p in points if p == root or p.startswith(root + "/")), key=len, reverse=True):
+        run("fsfreeze", "--unfreeze", point)
+        run("umount", point)
+    try:
+        loops = [n for n in os.listdir("/sys/block") if n.startswith("loop")]
+    except OSError:
+        loops = []
+    for name in loops:
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        if backing.startswith(root + "/"):
+            run("losetup", "--detach", "/dev/" + name)
+    run("rm", "-rf", "--one-file-system", root)
 
 
 def release(path):
@@ -91,7 +122,8 @@ def release(path):
     except OSError:
         return
     # Containers first: a network or an image in use cannot be removed.
-    order = ["container", "containers-label", "images-label", "network", "nft-table", "iptables-comment", "netns"]
+    order = ["container", "containers-label", "images-label", "disk-dir", "network", "nft-table", "iptables-comment",
+             "netns"]
     entries = [line.split(" ", 1) for line in lines if " " in line]
     for kind in order:
         for k, v in entries:
