@@ -681,6 +681,8 @@ TEST_F(CliAppTest, DiskAttachDetachAndRmSendTheirRequests) {
   server_.on("DELETE", "/api/v1/disks/data", 202, disk_answer(disks::DiskState::deleted));
   EXPECT_EQ(run({"disk", "rm", "data"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("recycle bin"), std::string::npos) << out_.str();
+}
+
 // ---- custom images ------------------------------------------------------------------------
 
 const char* kImageCreating = R"({"id":"img-1","name":"my-env","state":"creating","own_size_bytes":0,"visibility":"private"})";
