@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "support/test_daemon.h"
+#include "support/wait.h"
 
 namespace gpucloud::testing {
 namespace {
@@ -30,6 +31,15 @@ class AuthzMatrixTest : public ::testing::Test {
     auto inst = daemon_.post("/api/v1/instances", {{"name", "secret"}, {"gpu_count", 0}}, alice_);
     ASSERT_EQ(inst.status, 202) << inst.body;
     ids_["instances"] = std::string(inst.json().at("id").as_string());
+    auto disk = daemon_.post("/api/v1/disks", {{"name", "vault"}, {"size_gib", 1}}, alice_);
+    ASSERT_EQ(disk.status, 202) << disk.body;
+    ids_["disks"] = std::string(disk.json().at("id").as_string());
+    // A snapshot needs a made disk (the agent makes it in milliseconds).
+    ASSERT_TRUE(wait_until([&] { return daemon_.get("/api/v1/disks/vault", alice_).json().at("state").as_string() == "available"; },
+                           std::chrono::seconds(20), "alice's disk to be made"));
+    auto snap = daemon_.post("/api/v1/disks/vault/snapshots", {{"name", "before"}}, alice_);
+    ASSERT_EQ(snap.status, 202) << snap.body;
+    ids_["snapshots"] = std::string(snap.json().at("id").as_string());
     // Another user's id: the operator's own user (a user route never reaches it for mallory).
     auto me = daemon_.get("/api/v1/me", alice_);
     ids_["admin/users"] = std::string(me.json().at("id").as_string());
@@ -105,6 +115,10 @@ TEST_F(AuthzMatrixTest, EveryRouteRefusesStrangersAndOtherUsers) {
   ASSERT_EQ(tokens.status, 200);
   EXPECT_EQ(tokens.json().at("items").as_array().size(), 1u);
   EXPECT_EQ(daemon_.get("/api/v1/ssh-keys/laptop", alice_).status, 200);
+  auto disk = daemon_.get("/api/v1/disks/vault", alice_);
+  ASSERT_EQ(disk.status, 200);
+  EXPECT_TRUE(disk.json().at("instance").is_null());
+  EXPECT_NE(disk.json().at("state").as_string(), "deleted");
 }
 
 }  // namespace

@@ -92,6 +92,17 @@ asio::awaitable<Result<Response>> get_disk(RequestContext& ctx) {
   co_return json_response(200, disks::disk_json(*d));
 }
 
+// A bad body on another user's disk answers 404 like any other request on it: whether a
+// disk exists is not for others to learn from a 400.
+asio::awaitable<Error> body_error(RequestContext& ctx, const Error& error) {
+  auto read = [owner = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) {
+    return disks::find_owned_disk(db, owner, id, true);
+  };
+  auto d = co_await ctx.app.store().read(std::move(read));
+  if (!d) co_return d.error();
+  co_return error;
+}
+
 // One action = one write transaction; the disk is kicked after the commit.
 template <class Action>
 asio::awaitable<Result<Response>> act(RequestContext& ctx, int status, Action action) {
@@ -125,47 +136,66 @@ asio::awaitable<Result<Response>> restore_disk(RequestContext& ctx) {
 asio::awaitable<Result<Response>> detach_disk(RequestContext& ctx) {
   if (!ctx.request.body.empty()) {
     auto body = api::parse_object(ctx.request.body);
-    if (!body) co_return tl::unexpected(body.error());
-    if (auto s = api::only_fields(*body, {}); !s) co_return tl::unexpected(s.error());
+    Status empty = body ? api::only_fields(*body, {}) : Status(tl::unexpected(body.error()));
+    if (!empty) co_return tl::unexpected(co_await body_error(ctx, empty.error()));
   }
   auto action = [](store::Database& db, const config::Config&, const instances::Actor& a, const std::string& id,
                    SysTime now) { return disks::detach_disk(db, a, id, now); };
   co_return co_await act(ctx, 200, action);
 }
 
-asio::awaitable<Result<Response>> attach_disk(RequestContext& ctx) {
-  auto body = api::parse_object(ctx.request.body);
-  if (!body) co_return tl::unexpected(body.error());
-  if (auto s = api::only_fields(*body, {"instance", "mount_path"}); !s) co_return tl::unexpected(s.error());
+struct AttachBody {
+  std::string instance, mount_path;
+};
+Result<AttachBody> parse_attach(const std::string& text) {
+  auto body = api::parse_object(text);
+  if (!body) return tl::unexpected(body.error());
+  if (auto s = api::only_fields(*body, {"instance", "mount_path"}); !s) return tl::unexpected(s.error());
   auto instance = api::required_string(*body, "instance");
-  if (!instance) co_return tl::unexpected(instance.error());
+  if (!instance) return tl::unexpected(instance.error());
   auto path = api::optional_string(*body, "mount_path");
-  if (!path) co_return tl::unexpected(path.error());
-  auto action = [instance = *instance, path = path->value_or(disks::kDefaultMountPath)](
+  if (!path) return tl::unexpected(path.error());
+  return AttachBody{*instance, path->value_or(disks::kDefaultMountPath)};
+}
+
+asio::awaitable<Result<Response>> attach_disk(RequestContext& ctx) {
+  auto parsed = parse_attach(ctx.request.body);
+  if (!parsed) co_return tl::unexpected(co_await body_error(ctx, parsed.error()));
+  auto action = [instance = parsed->instance, path = parsed->mount_path](
                     store::Database& db, const config::Config&, const instances::Actor& a, const std::string& id,
                     SysTime now) { return disks::attach_disk(db, a, id, instance, path, now); };
   co_return co_await act(ctx, 200, action);
 }
 
-asio::awaitable<Result<Response>> resize_disk(RequestContext& ctx) {
-  auto body = api::parse_object(ctx.request.body);
-  if (!body) co_return tl::unexpected(body.error());
-  if (auto s = api::only_fields(*body, {"size_gib"}); !s) co_return tl::unexpected(s.error());
+Result<std::int64_t> parse_resize(const std::string& text) {
+  auto body = api::parse_object(text);
+  if (!body) return tl::unexpected(body.error());
+  if (auto s = api::only_fields(*body, {"size_gib"}); !s) return tl::unexpected(s.error());
   auto size = api::optional_int(*body, "size_gib");
-  if (!size) co_return tl::unexpected(size.error());
-  if (!*size) co_return fail(ErrorCode::invalid_argument, "size_gib: required");
-  auto action = [size = **size](store::Database& db, const config::Config& cfg, const instances::Actor& a,
-                                const std::string& id, SysTime now) { return disks::resize_disk(db, cfg, a, id, size, now); };
+  if (!size) return tl::unexpected(size.error());
+  if (!*size) return fail(ErrorCode::invalid_argument, "size_gib: required");
+  return **size;
+}
+
+asio::awaitable<Result<Response>> resize_disk(RequestContext& ctx) {
+  auto size = parse_resize(ctx.request.body);
+  if (!size) co_return tl::unexpected(co_await body_error(ctx, size.error()));
+  auto action = [size = *size](store::Database& db, const config::Config& cfg, const instances::Actor& a,
+                               const std::string& id, SysTime now) { return disks::resize_disk(db, cfg, a, id, size, now); };
   co_return co_await act(ctx, 202, action);
+}
+
+Result<std::string> parse_snapshot(const std::string& text) {
+  auto body = api::parse_object(text);
+  if (!body) return tl::unexpected(body.error());
+  if (auto s = api::only_fields(*body, {"name"}); !s) return tl::unexpected(s.error());
+  return api::required_string(*body, "name");
 }
 
 asio::awaitable<Result<Response>> snapshot_disk(RequestContext& ctx) {
   App& app = ctx.app;
-  auto body = api::parse_object(ctx.request.body);
-  if (!body) co_return tl::unexpected(body.error());
-  if (auto s = api::only_fields(*body, {"name"}); !s) co_return tl::unexpected(s.error());
-  auto name = api::required_string(*body, "name");
-  if (!name) co_return tl::unexpected(name.error());
+  auto name = parse_snapshot(ctx.request.body);
+  if (!name) co_return tl::unexpected(co_await body_error(ctx, name.error()));
   std::string id = new_id("snap");
   auto effect = [&app, name = *name, id, actor = actor_of(ctx), disk = ctx.param("id"), now = app.clock().now()](
                     store::Database& db) -> Result<Response> {
