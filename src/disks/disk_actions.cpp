@@ -196,9 +196,13 @@ Result<Disk> attach_disk(store::Database& db, const Actor& actor, const std::str
                                          i->host_name.value_or("no host") + "; a disk attaches only on its own host");
   auto others = disks_of_instance(db, i->id);
   if (!others) return fail(others.error());
-  for (const auto& o : *others)
+  for (const auto& o : *others) {
     if (o.mount_path == mount_path)
       return fail(ErrorCode::conflict, mount_path + " is taken by disk " + o.name + " on this instance");
+    if (o.mount_path && (under(mount_path, *o.mount_path) || under(*o.mount_path, mount_path)))
+      return fail(ErrorCode::invalid_argument, "mount_path: " + mount_path + " and disk " + o.name + "'s " + *o.mount_path +
+                                                   " would be one inside the other");
+  }
   // The instance's generation goes up with the attach, so a racing start either sees the
   // disk or fails its compare-and-set.
   instances::Instance next_i = *i;
@@ -376,6 +380,10 @@ Result<std::optional<std::string>> check_instance_disks(store::Database& db, con
     if (auto s = validate_mount_path(want.mount_path, field + ".mount_path"); !s) return fail(s.error());
     if (!paths.insert(want.mount_path).second)
       return fail(ErrorCode::invalid_argument, field + ".mount_path: " + want.mount_path + " is given twice");
+    for (const auto& other : paths)
+      if (other != want.mount_path && (under(want.mount_path, other) || under(other, want.mount_path)))
+        return fail(ErrorCode::invalid_argument, field + ".mount_path: " + want.mount_path + " and " + other +
+                                                     " would be one inside the other");
     if (want.existing) {
       auto d = find_owned_disk(db, actor.user_id, *want.existing);
       if (!d) return fail(ErrorCode::invalid_argument, field + ".id: " + d.error().detail);

@@ -372,6 +372,11 @@ TEST_F(DisksTest, AttachNeedsAStoppedInstanceOnTheDisksHostAndAFreePath) {
   ASSERT_FALSE(bad_path);
   EXPECT_EQ(bad_path.error().code, ErrorCode::invalid_argument);
   auto gen = instance(i).generation;
+  // Nested paths are refused up front (the agent could not mount one inside the other).
+  std::vector<InstanceDataDisk> nested{{std::nullopt, 1, "/root/data", false}, {std::nullopt, 1, "/root/data/sub", false}};
+  auto both = store_->read_now([&](store::Database& db) { return check_instance_disks(db, config_, alice(), nested); });
+  ASSERT_FALSE(both);
+  EXPECT_EQ(both.error().code, ErrorCode::invalid_argument);
   ASSERT_TRUE(write([&](store::Database& db) { return attach_disk(db, alice(), id, i, "/root/data", clock_->now()); }));
   EXPECT_GT(instance(i).generation, gen);  // a racing start fails its compare-and-set
   EXPECT_EQ(disk(id).state, DiskState::attached);
