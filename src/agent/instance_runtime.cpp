@@ -13,6 +13,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -577,6 +578,28 @@ awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
   }
 }
 
+awaitable<bool> InstanceRuntime::wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit) {
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address_v4(ip, ec);
+  if (ec) co_return false;
+  const net::ip::tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  auto executor = co_await net::this_coro::executor;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    // A closed port answers at once (RST); a network not up yet would not answer at all,
+    // hence the short timeout on each try.
+    net::ip::tcp::socket socket(executor);
+    net::steady_timer give_up(executor, std::chrono::milliseconds(200));
+    boost::system::error_code connected, timed;
+    auto which = co_await (socket.async_connect(endpoint, net::redirect_error(use_awaitable, connected)) ||
+                           give_up.async_wait(net::redirect_error(use_awaitable, timed)));
+    if (which.index() == 0 && !connected) co_return true;
+    net::steady_timer pause(executor, std::chrono::milliseconds(20));
+    co_await pause.async_wait(net::redirect_error(use_awaitable, timed));
+  }
+  co_return false;
+}
+
 awaitable<void> InstanceRuntime::remove_container_quietly(std::string container_id) {
   auto removed = co_await driver_->remove(container_id);
   if (!removed) {
@@ -907,6 +930,16 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         if (!key.empty()) record.host_key = key;
       }
     }
+    // A container just booted with SSH published is `running` once its sshd accepts: the
+    // user's first ssh then connects instead of meeting a closed port.
+    const bool publishes_ssh = std::any_of(spec.ports.begin(), spec.ports.end(),
+                                           [](const auto& p) { return p.container_port == 22 && p.protocol == "tcp"; });
+    if (booted && now->running && publishes_ssh && options_.ssh_listen_wait.count() > 0) {
+      if (!co_await wait_for_listener(record.ipv4, 22, options_.ssh_listen_wait))
+        spdlog::info(R"({{"event":"instance_ssh_not_listening","instance":"{}","waited_ms":{}}})", id,
+                     options_.ssh_listen_wait.count());
+    }
+
     // Saved again only when the log gave a host key: everything else was saved above.
     if (!slot.record || slot.record->host_key != record.host_key) {
       if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
