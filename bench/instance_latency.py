@@ -307,14 +307,23 @@ class Gpucloud:
 
 
 class Bare:
-    def __init__(self, engine, ssh, workdir, opts, init_path, config_dir, run_id):
+    def __init__(self, engine, ssh, workdir, opts, init_path, config_dir, run_id, network=None):
         self.engine, self.ssh, self.workdir, self.opts = engine, ssh, workdir, opts
         self.init_path, self.config_dir, self.run_id = init_path, config_dir, run_id
         self.alive = set()
+        # --bare-network gpucloud: the daemon's own network, a fixed address near the top of
+        # its subnet (the daemon hands out addresses from the bottom), and the capabilities
+        # and sysctl the driver sets, so the two sides differ only in what gpucloud adds.
+        self.network, self.fixed_ip = None, None
+        if network:
+            info = engine.json("GET", f"{ENGINE_API}/networks/{network}")
+            subnet = info["IPAM"]["Config"][0]["Subnet"]
+            base = subnet.split("/")[0].rsplit(".", 1)[0]
+            self.network, self.fixed_ip = network, base + ".250"
 
     def body(self, name):
         mem = self.opts.memory_gib * GIB
-        return {
+        body = {
             "Image": self.opts.image,
             "Hostname": name,
             "Labels": {BENCH_LABEL: self.run_id},
@@ -343,6 +352,12 @@ class Bare:
                 "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}},
             },
         }
+        if self.network:
+            body["HostConfig"]["NetworkMode"] = self.network
+            body["HostConfig"]["CapDrop"] = ["NET_RAW", "MKNOD", "SETPCAP"]
+            body["HostConfig"]["Sysctls"] = {"net.ipv4.ping_group_range": "0 2147483647"}
+            body["NetworkingConfig"] = {"EndpointsConfig": {self.network: {"IPAMConfig": {"IPv4Address": self.fixed_ip}}}}
+        return body
 
     def run(self, name):
         known_hosts = self.workdir / f"known_hosts-{name}"
@@ -519,6 +534,9 @@ def main():
     ap.add_argument("--ssh-retry-ms", type=float, default=50.0, help="ssh retry period (default 50 ms)")
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds per instance before giving up")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (daemon log)")
+    ap.add_argument("--bare-network", choices=("default", "gpucloud"), default="default",
+                    help="bare containers on Docker's default bridge (default) or on the daemon's own "
+                         "network with a fixed address, CapDrop and Sysctls as the driver sends them")
     args = ap.parse_args()
     if args.count < 1:
         ap.error("--count must be at least 1")
@@ -589,10 +607,12 @@ def main():
 
         ssh = Ssh(workdir, key)
         gc = Gpucloud(api, ssh, workdir, args)
-        bare = Bare(engine, ssh, workdir, args, init_path, config_dir, run_id)
+        bare = Bare(engine, ssh, workdir, args, init_path, config_dir, run_id,
+                    f"gpucloud-{installation}" if args.bare_network == "gpucloud" else None)
 
         print(f"== Instance create latency: {args.count} instances per side, {args.warmup} warm-up ==")
         print(f"daemon:  {binary} (127.0.0.1:{port}, installation {installation})")
+        print(f"bare:    on {'the daemon network ' + bare.network + ' at ' + bare.fixed_ip if bare.network else 'the default bridge'}")
         print(f"image:   {args.image}; 1 GPU = {args.cpus:g} CPU, {args.memory_gib} GiB; "
               f"poll {args.poll_ms:g} ms, ssh retry {args.ssh_retry_ms:g} ms")
         print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(load_before)}")

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -34,6 +36,7 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 using net::awaitable;
 using net::use_awaitable;
+using namespace boost::asio::experimental::awaitable_operators;
 
 // ---- an awaitable mutex for coroutines on one strand ---------------------------------------
 
@@ -598,6 +601,28 @@ awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
   }
 }
 
+awaitable<bool> InstanceRuntime::wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit) {
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address_v4(ip, ec);
+  if (ec) co_return false;
+  const net::ip::tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  auto executor = co_await net::this_coro::executor;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    // A closed port answers at once (RST); a network not up yet would not answer at all,
+    // hence the short timeout on each try.
+    net::ip::tcp::socket socket(executor);
+    net::steady_timer give_up(executor, std::chrono::milliseconds(200));
+    boost::system::error_code connected, timed;
+    auto which = co_await (socket.async_connect(endpoint, net::redirect_error(use_awaitable, connected)) ||
+                           give_up.async_wait(net::redirect_error(use_awaitable, timed)));
+    if (which.index() == 0 && !connected) co_return true;
+    net::steady_timer pause(executor, std::chrono::milliseconds(20));
+    co_await pause.async_wait(net::redirect_error(use_awaitable, timed));
+  }
+  co_return false;
+}
+
 awaitable<void> InstanceRuntime::remove_container_quietly(std::string container_id) {
   auto removed = co_await driver_->remove(container_id);
   if (!removed) {
@@ -785,23 +810,32 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     reserved_ips_.erase(record.ipv4);
     fault_point("agent.ensure.after_record_saved");
 
-    // 4. The init's inputs (read at every boot).
+    // 4. The init's inputs (read at every boot; the directory must exist before the engine
+    //    is asked to bind-mount it), and the SSH host key in the config directory: made
+    //    before a new filesystem first boots, so it is known without reading the container's
+    //    log and sshd starts at once. An instance whose key lives on its system disk (made by
+    //    an older init, or adopted) keeps that one; so does any instance on a host without
+    //    ssh-keygen. A container still to be made gets its key while the engine creates it
+    //    (only the start needs it).
     auto config_changed = co_await write_init_config(id, secrets->authorized_keys, secrets->password_hash);
     if (!config_changed) co_return fail(std::move(config_changed.error()));
-    // The SSH host key, in the config directory: made now, before a new filesystem first
-    // boots, so it is known without reading the container's log and sshd starts at once.
-    // An instance whose key lives on its system disk (made by an older init, or adopted)
-    // keeps that one; so does any instance on a host without ssh-keygen.
     const bool new_filesystem = !container.exists && record.system_images.empty();
     std::string config_host_key;
-    const std::string key_comment = "root@" + spec.name;  // (a named local: g++ 12, see architecture.md)
-    if (auto key = co_await instance_host_key(id, key_comment, new_filesystem)) {
-      config_host_key = *key;
-    } else {
-      spdlog::warn(R"({{"event":"instance_host_key_not_made","instance":"{}","error":{}}})", id,
-                   error_text(key.error()));
+    auto host_key_step = [&]() -> awaitable<Status> {
+      const std::string key_comment = "root@" + spec.name;  // (a named local: g++ 12, see architecture.md)
+      if (auto key = co_await instance_host_key(id, key_comment, new_filesystem)) {
+        config_host_key = *key;
+      } else {
+        spdlog::warn(R"({{"event":"instance_host_key_not_made","instance":"{}","error":{}}})", id,
+                     error_text(key.error()));
+      }
+      co_return ok();
+    };
+    const bool key_with_create = !container.exists;
+    if (!key_with_create) {
+      (void)co_await host_key_step();
+      if (!config_host_key.empty()) record.host_key = config_host_key;
     }
-    if (!config_host_key.empty()) record.host_key = config_host_key;
 
     // 5. The container: create when missing, then start or stop as desired. A stopped
     //    container that cannot take the new hostname, GPUs or size is rebuilt first: its
@@ -877,7 +911,14 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
       cs.mounts = disk_mounts;
       ContainerSpec retry_spec = cs;
-      auto made = co_await driver_->create(std::move(cs));
+      Result<CreatedContainer> made = fail(ErrorCode::internal, "not created");
+      if (key_with_create) {
+        auto [keyed, created_now] = co_await (host_key_step() && driver_->create(std::move(cs)));
+        (void)keyed;  // a key not made is logged; the init then makes one
+        made = std::move(created_now);
+      } else {
+        made = co_await driver_->create(std::move(cs));
+      }
       if (!made && made.error().code == ErrorCode::not_found && contains(made.error().detail, "network")) {
         // The network went away under us: make it again (same subnet) and retry once.
         network_checked_ = false;
@@ -901,13 +942,22 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       container.running = false;
       container.state = "created";
     }
+    bool published = false;
     if (spec.state == "running" && !container.running) {
-      if (auto s = co_await driver_->start(record.container_id); !s) co_return fail(std::move(s.error()));
+      // 7 (early). The table is applied while the engine starts the container: its rules name
+      // the instance's fixed address, so publishing a moment before sshd listens only means
+      // an early connection is refused, and the two slowest steps overlap.
+      fault_point("agent.ensure.before_firewall_apply");
+      auto [started, table] = co_await (driver_->start(record.container_id) && apply_firewall());
+      if (!started) co_return fail(std::move(started.error()));
       booted = true;
       if (!created) {
         // A later failure must not leave running what the caller will believe is stopped.
         revert.add([this, cid = record.container_id]() { return stop_container_quietly(cid); });
       }
+      if (!table) co_return fail(std::move(table.error()));
+      fault_point("agent.ensure.after_firewall_apply");
+      published = true;
     } else if (spec.state == "stopped" && container.running) {
       if (auto s = co_await driver_->stop(record.container_id, options_.stop_grace); !s) {
         co_return fail(std::move(s.error()));
@@ -927,13 +977,29 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         if (!key.empty()) record.host_key = key;
       }
     }
-    if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
-    slot.record = record;
+    // A container just booted with SSH published is `running` once its sshd accepts: the
+    // user's first ssh then connects instead of meeting a closed port.
+    const bool publishes_ssh = std::any_of(spec.ports.begin(), spec.ports.end(),
+                                           [](const auto& p) { return p.container_port == 22 && p.protocol == "tcp"; });
+    if (booted && now->running && publishes_ssh && options_.ssh_listen_wait.count() > 0) {
+      if (!co_await wait_for_listener(record.ipv4, 22, options_.ssh_listen_wait))
+        spdlog::info(R"({{"event":"instance_ssh_not_listening","instance":"{}","waited_ms":{}}})", id,
+                     options_.ssh_listen_wait.count());
+    }
 
-    // 7. Publish: the whole table, from every running instance of this installation.
-    fault_point("agent.ensure.before_firewall_apply");
-    if (auto s = co_await apply_firewall(); !s) co_return fail(std::move(s.error()));
-    fault_point("agent.ensure.after_firewall_apply");
+    // Saved again only when the log gave a host key: everything else was saved above.
+    if (!slot.record || slot.record->host_key != record.host_key) {
+      if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
+      slot.record = record;
+    }
+
+    // 7. Publish: the whole table, from every running instance of this installation (done
+    //    above, during the start, when this call booted the container).
+    if (!published) {
+      fault_point("agent.ensure.before_firewall_apply");
+      if (auto s = co_await apply_firewall(); !s) co_return fail(std::move(s.error()));
+      fault_point("agent.ensure.after_firewall_apply");
+    }
 
     const double applied = static_cast<double>(now->nano_cpus) / 1e9;
     if (!created) cpus_capped = now->nano_cpus > 0 && applied + 1e-6 < record.created_with.cpu;

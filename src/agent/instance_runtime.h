@@ -81,6 +81,10 @@ class InstanceRuntime {
     std::chrono::seconds stop_grace{10};
     // How long ensure waits, after booting a container, for the init's host-key line.
     std::chrono::milliseconds host_key_wait{3000};
+    // How long ensure waits, after booting a container that publishes port 22, for its sshd
+    // to accept connections, so `running` means "ssh works now" (an image without sshd just
+    // takes this long once per boot).
+    std::chrono::milliseconds ssh_listen_wait{2000};
     std::chrono::milliseconds exec_timeout{30'000};  // instance.exec without timeout_ms
     // A rebuild whose commit would give the system image more layers than this exports and
     // imports the filesystem as one layer instead (overlay stops mounting near 125).
@@ -188,6 +192,8 @@ class InstanceRuntime {
   boost::asio::awaitable<Status> apply_firewall();
   boost::asio::awaitable<std::string> read_host_key(std::string container_id,
                                                     std::chrono::milliseconds wait);
+  // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms).
+  boost::asio::awaitable<bool> wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit);
   boost::asio::awaitable<void> remove_container_quietly(std::string container_id);
   boost::asio::awaitable<void> stop_container_quietly(std::string container_id);
 

@@ -14,9 +14,9 @@ namespace asio = boost::asio;
 
 HostRegistry::HostRegistry(asio::any_io_executor loop, const config::Config& config, store::Store& store,
                            PlatformClock& clock, std::unique_ptr<agent::HostAgent> agent,
-                           std::chrono::seconds unreachable_after)
+                           std::chrono::milliseconds unreachable_after, std::chrono::milliseconds check_every)
     : loop_(loop), config_(config), store_(store), clock_(clock), agent_(std::move(agent)), unreachable_after_(unreachable_after),
-      check_timer_(loop) {}
+      check_every_(check_every), check_timer_(loop) {}
 
 HostRegistry::~HostRegistry() { check_timer_.cancel(); }
 
@@ -74,7 +74,7 @@ asio::awaitable<Status> HostRegistry::start() {
 void HostRegistry::on_heartbeat(agent::Heartbeat beat) { last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now(); }
 
 void HostRegistry::schedule_check() {
-  check_timer_.expires_after(std::chrono::seconds(5));
+  check_timer_.expires_after(check_every_);
   check_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
     asio::co_spawn(loop_, check_liveness(), asio::detached);

@@ -19,7 +19,9 @@ namespace gpucloud::server {
 class HostRegistry {
  public:
   HostRegistry(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store, PlatformClock& clock,
-               std::unique_ptr<agent::HostAgent> agent, std::chrono::seconds unreachable_after = std::chrono::seconds(30));
+               std::unique_ptr<agent::HostAgent> agent,
+               std::chrono::milliseconds unreachable_after = std::chrono::seconds(30),
+               std::chrono::milliseconds check_every = std::chrono::seconds(5));
   ~HostRegistry();
 
   // Registers the agent's hosts (inventory into the store) and starts following heartbeats.
@@ -36,7 +38,8 @@ class HostRegistry {
   store::Store& store_;
   PlatformClock& clock_;  // stamps the host.* events
   std::unique_ptr<agent::HostAgent> agent_;
-  std::chrono::seconds unreachable_after_;
+  std::chrono::milliseconds unreachable_after_;
+  std::chrono::milliseconds check_every_;  // how often heartbeats are looked at (tests: short)
   std::map<std::string, std::chrono::steady_clock::time_point> last_heartbeat_;
   std::map<std::string, bool> reachable_;
   boost::asio::steady_timer check_timer_;

@@ -11,6 +11,7 @@
 
 #include "server/app.h"
 #include "server/request_conversion.h"
+#include "server/terminal_control.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -256,13 +257,22 @@ class BeastWebSocket : public WebSocketChannel {
     co_return !ec;
   }
   asio::awaitable<void> close() override {
-    if (!ws_.is_open()) co_return;
-    auto [ec] = co_await ws_.async_close(beast::websocket::close_code::normal, use_tuple);
+    std::string no_reason;
+    co_await close(static_cast<std::uint16_t>(beast::websocket::close_code::normal), std::move(no_reason));
+  }
+  asio::awaitable<void> close(std::uint16_t code, std::string reason) override {
+    // Beast allows one close at a time: the terminal's two pumps may both ask for one.
+    if (closing_ || !ws_.is_open()) co_return;
+    closing_ = true;
+    if (reason.size() > 123) reason.resize(123);
+    beast::websocket::close_reason why(static_cast<beast::websocket::close_code>(code), beast::string_view(reason));
+    auto [ec] = co_await ws_.async_close(why, use_tuple);
     (void)ec;
   }
 
  private:
   beast::websocket::stream<beast::tcp_stream>& ws_;
+  bool closing_ = false;
 };
 }  // namespace
 
@@ -271,7 +281,7 @@ asio::awaitable<void> HttpServer::websocket_session(beast::tcp_stream& stream, h
   beast::websocket::stream<beast::tcp_stream> ws(std::move(stream));
   beast::get_lowest_layer(ws).expires_never();
   ws.set_option(beast::websocket::stream_base::timeout::suggested(beast::role_type::server));
-  ws.read_message_max(1 << 20);
+  ws.read_message_max(kWebSocketMessageMaxBytes);
   auto [ec] = co_await ws.async_accept(upgrade, use_tuple);
   if (ec) co_return;
   BeastWebSocket channel(ws);

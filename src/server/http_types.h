@@ -49,7 +49,10 @@ class WebSocketChannel {
   virtual ~WebSocketChannel() = default;
   virtual boost::asio::awaitable<std::optional<Message>> read() = 0;  // nullopt once closed
   virtual boost::asio::awaitable<bool> write(std::string data, bool binary) = 0;
+  // Closes with 1000 (normal). Once one close has begun, later ones return at once.
   virtual boost::asio::awaitable<void> close() = 0;
+  // Closes with `code` (e.g. 1008, policy violation) and a reason of at most 123 bytes.
+  virtual boost::asio::awaitable<void> close(std::uint16_t code, std::string reason) = 0;
 };
 
 struct Response {

@@ -385,11 +385,9 @@ class DockerDriverTest : public ::testing::Test {
     }
     // Our own network; pick a subnet nobody uses yet.
     network_ = new std::string("gpucloud-" + installation_);
-    std::mt19937 rng{std::random_device{}()};
     std::string last_error;
     for (int attempt = 0; attempt < 8; ++attempt) {
-      const int b = 100 + static_cast<int>(rng() % 150), c = static_cast<int>(rng() % 250);
-      prefix_ = "10." + std::to_string(b) + "." + std::to_string(c) + ".";
+      prefix_ = gpucloud::testing::subnet_prefix() + ".";  // shared allocator; a retry takes another
       NetworkSpec spec;
       spec.name = *network_;
       spec.subnet = prefix_ + "0/24";

@@ -83,11 +83,6 @@ std::string random_hex(int n) {
   return s;
 }
 
-int random_int(int lo, int hi) {
-  static std::mt19937 rng{std::random_device{}()};
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
-
 sockaddr_in ipv4(const std::string& ip, int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -347,19 +342,11 @@ class NftablesFirewallTest : public ::testing::TestWithParam<BackendKind> {
     ASSERT_EQ(rc, 0) << cmd << ": " << out;
   }
 
-  // A third octet X with 10.251.X.0/24 and 10.252.X.0/24 unused on this host.
+  // Two /24s from the shared allocator (no other test process holds them; the host has no
+  // route into them).
   void pick_subnets() {
-    const auto [rc, used] = sh("ip -4 -o addr show; ip -4 route show table all");
-    for (int tries = 0; tries < 100; ++tries) {
-      const int x = random_int(1, 254);
-      const std::string a = "10.251." + std::to_string(x) + ".", b = "10.252." + std::to_string(x) + ".";
-      if (used.find(a) == std::string::npos && used.find(b) == std::string::npos) {
-        net_ = "10.251." + std::to_string(x);
-        docker_net_ = "10.252." + std::to_string(x);
-        return;
-      }
-    }
-    FAIL() << "no free 10.251.X.0/24";
+    net_ = gpucloud::testing::subnet_prefix();
+    docker_net_ = gpucloud::testing::subnet_prefix();
   }
 
   void start_plain_backend() {

@@ -8,6 +8,7 @@
 
 #include "instances/instance_record.h"
 #include "server/app.h"
+#include "server/terminal_control.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -15,6 +16,8 @@ namespace json = boost::json;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
+
+constexpr std::uint16_t kPolicyViolation = 1008;  // RFC 6455 close code
 
 // Terminal -> browser. The only writer of the socket, so frames never interleave.
 asio::awaitable<void> pump_out(agent::TerminalSession* terminal, WebSocketChannel* channel) {
@@ -26,7 +29,9 @@ asio::awaitable<void> pump_out(agent::TerminalSession* terminal, WebSocketChanne
   co_await channel->close();  // wakes the reader
 }
 
-// Browser -> terminal: keystrokes and resizes, until the socket closes.
+// Browser -> terminal: keystrokes and resizes, until the socket closes. A text frame that is
+// not a valid control message closes the socket with 1008 and the reason (a client bug
+// shows at once instead of a resize silently lost); the shell ends with it.
 asio::awaitable<void> pump_in(agent::TerminalSession* terminal, WebSocketChannel* channel) {
   for (;;) {
     auto message = co_await channel->read();
@@ -35,17 +40,16 @@ asio::awaitable<void> pump_in(agent::TerminalSession* terminal, WebSocketChannel
       if (!co_await terminal->write(std::move(message->data))) break;
       continue;
     }
-    boost::system::error_code ec;
-    auto control = json::parse(message->data, ec);
-    if (ec || !control.is_object()) continue;  // not a control message: ignored
-    const auto& o = control.as_object();
-    auto type = o.if_contains("type");
-    if (type && type->is_string() && type->as_string() == "resize") {
-      auto cols = o.if_contains("cols"), rows = o.if_contains("rows");
-      if (cols && rows && cols->is_int64() && rows->is_int64() && cols->as_int64() > 0 && rows->as_int64() > 0 &&
-          cols->as_int64() < 1000 && rows->as_int64() < 1000)
-        (void)co_await terminal->resize(static_cast<int>(rows->as_int64()), static_cast<int>(cols->as_int64()));
+    auto control = parse_terminal_control(message->data);
+    if (!control) {
+      spdlog::info(R"({{"event":"terminal_bad_control","detail":{}}})",
+                   json::serialize(json::value(json::string(control.error().detail))));
+      terminal->close();
+      std::string reason = std::move(control.error().detail);  // a named local: g++ 12, see architecture.md
+      co_await channel->close(kPolicyViolation, std::move(reason));
+      break;
     }
+    (void)co_await terminal->resize(control->rows, control->cols);
   }
   terminal->close();  // a dropped tab ends the exec's input; the shell exits
 }

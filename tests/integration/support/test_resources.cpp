@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
@@ -69,6 +70,30 @@ std::string port_range(int count) {
   if (count > kPortBlockSize) throw std::invalid_argument("port_range: at most one block");
   const int base = port_block();
   return std::to_string(base) + "-" + std::to_string(base + count - 1);
+}
+
+std::string subnet_prefix() {
+  const std::string dir = alloc_subdir("subnets");
+  // What the host routes already (docker's own bridges, other networks): skipped.
+  std::string used;
+  if (FILE* p = ::popen("ip -4 -o addr show 2>/dev/null; ip -4 route show table all 2>/dev/null", "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) used.append(buf, n);
+    ::pclose(p);
+  }
+  constexpr int kFirst = 100 * 256, kCount = 100 * 256;  // 10.100.0 .. 10.199.255
+  static std::mt19937 rng(std::random_device{}() ^ (static_cast<unsigned>(::getpid()) << 8));
+  const int start = static_cast<int>(rng() % kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const int n = kFirst + (start + i) % kCount;
+    const std::string prefix = "10." + std::to_string(n / 256) + "." + std::to_string(n % 256);
+    if (used.find(" " + prefix + ".") != std::string::npos || used.find("\n" + prefix + ".") != std::string::npos ||
+        used.rfind(prefix + ".", 0) == 0)
+      continue;
+    // The descriptor stays open (and locked) until the process exits.
+    if (try_lock(dir + "/" + prefix) >= 0) return prefix;
+  }
+  throw std::runtime_error("no free test subnet under " + dir);
 }
 
 std::string unique_name(const std::string& prefix, std::size_t max_len) {

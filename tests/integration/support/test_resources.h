@@ -21,6 +21,12 @@ int port_block();
 // "FIRST-LAST": `count` ports at the start of a fresh port_block().
 std::string port_range(int count = 100);
 
+// An IPv4 /24 that no other live test process holds, as its first three octets ("10.B.C":
+// append ".0/24" for the subnet, ".2" for an address). Drawn from 10.100.0.0-10.199.255.0,
+// apart from the 10.200+ range where gpucloudd picks its own installation networks, and
+// never one the host already has an address or route in. Held until this process exits.
+std::string subnet_prefix();
+
 // A name no other test process (here or in another run) will make: PREFIX + pid + counter +
 // random letters, at most `max_len` characters (nftables and interface names are short).
 std::string unique_name(const std::string& prefix, std::size_t max_len = 48);
