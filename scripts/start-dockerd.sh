@@ -27,7 +27,8 @@
 # A second engine beside the machine's own (tests) needs its own socket, pidfile, exec root
 # and data root, e.g. DOCKER_SOCK=/var/run/gpucloud-btrfs.sock GPUCLOUD_RUN_DIR=/var/run/gpucloud-btrfs
 # GPUCLOUD_ENGINE_DATA_ROOT=/var/lib/gpucloud-btrfs/engine GPUCLOUD_ENGINE_IMAGE=/var/lib/gpucloud-btrfs/engine.img
-# DOCKERD_EXTRA_ARGS="--exec-root /var/run/gpucloud-btrfs/exec --pidfile /var/run/gpucloud-btrfs/engine.pid --bridge none".
+# DOCKERD_EXTRA_ARGS="--exec-root /var/run/gpucloud-btrfs/exec --pidfile /var/run/gpucloud-btrfs/engine.pid --bridge BR"
+# with a bridge BR of its own (never --bridge none: that deletes the machine's docker0).
 set -eu
 
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}

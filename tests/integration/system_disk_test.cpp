@@ -76,13 +76,20 @@ struct BtrfsEngine {
   std::string sock = "/run/" + tag + ".sock";
   std::string run_dir = "/run/" + tag;
   std::string lib_dir = "/var/lib/" + tag;
+  // Its own bridge: a dockerd with --bridge none deletes the machine's docker0 at start,
+  // which breaks every container of the shared engine on the default network.
+  std::string bridge = "gcb" + tag.substr(tag.size() - 6);
+  std::string subnet = gpucloud::testing::subnet_prefix();
   std::string env() const {
     return "DOCKER_SOCK=" + sock + " GPUCLOUD_RUN_DIR=" + run_dir + " GPUCLOUD_LOG_DIR=" + run_dir +
            " GPUCLOUD_ENGINE_STORAGE=btrfs GPUCLOUD_ENGINE_DATA_ROOT=" + lib_dir + "/engine GPUCLOUD_ENGINE_IMAGE=" + lib_dir +
            "/engine.img GPUCLOUD_ENGINE_SIZE_GIB=8 DOCKERD_EXTRA_ARGS='--exec-root " + run_dir + "/exec --pidfile " +
-           run_dir + "/engine.pid --bridge none --iptables=false --ip6tables=false'";
+           run_dir + "/engine.pid --bridge " + bridge + " --iptables=false --ip6tables=false'";
   }
   std::string start() const {
+    auto [br_rc, br_out] = sh("ip link add " + bridge + " type bridge && ip addr add " + subnet + ".1/24 dev " + bridge +
+                              " && ip link set " + bridge + " up 2>&1");
+    if (br_rc != 0) return "making the private engine's bridge: " + br_out;
     auto [rc, out] = sh(env() + " sh " + kSource + "/scripts/start-dockerd.sh 2>&1");
     if (rc != 0 || out.find("on btrfs") == std::string::npos) return "start-dockerd.sh: " + out;
     auto [load_rc, loaded] = sh("docker save gpucloud/base:bookworm-1 | curl -s --max-time 300 --unix-socket " + sock +
@@ -93,6 +100,7 @@ struct BtrfsEngine {
   void stop() const {
     sh(env() + " sh " + kSource + "/scripts/stop-dockerd.sh >/dev/null 2>&1");
     sh("umount " + lib_dir + "/engine 2>/dev/null || umount -l " + lib_dir + "/engine 2>/dev/null; rm -rf " + lib_dir + " " + run_dir + " " + sock);
+    sh("ip link del " + bridge + " 2>/dev/null");
   }
 };
 
