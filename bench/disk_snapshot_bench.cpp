@@ -22,6 +22,7 @@
 
 #include "agent/disks/disk_driver_registry.h"
 #include "agent/disks/disk_tools.h"
+#include "core/units.h"
 
 namespace disks = gpucloud::agent::disks;
 namespace fs = std::filesystem;
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   }
   disks::DiskDriverOptions options;
   options.agent_dir = dir + "/agent";
-  options.btrfs_pool_initial_bytes = std::int64_t{size_gib + 4} * disks::kGiB;
+  options.btrfs_pool_initial_bytes = std::int64_t{size_gib + 4} * gpucloud::kGiB;
   int status = 0;
   std::printf("disk_snapshot_bench: %d GiB disk holding %d GiB, median of %d runs, in %s\n", size_gib, data_gib, runs,
               dir.c_str());
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
     auto driver = std::move(*disks::make_disk_driver("loop-ext4", options));
     if (!check(driver->start(), "loop-ext4 start")) return 1;
     const std::string id = "disk-bench1";
-    if (!check(driver->create(id, std::int64_t{size_gib} * disks::kGiB), "create")) return 1;
+    if (!check(driver->create(id, std::int64_t{size_gib} * gpucloud::kGiB), "create")) return 1;
     auto path = driver->mount(id);
     if (!path || !write_data(*path, data_gib)) return 1;
     const std::string image = options.agent_dir + "/disks/loop-ext4/" + id + ".img";
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
       for (auto [gib, into] : {std::pair{100, &t_big}, std::pair{1, &t_small}}) {
         const std::string d = "disk-mk" + std::to_string(gib) + "r" + std::to_string(r);
         const auto t0 = Clock::now();
-        if (!check(driver->create(d, std::int64_t{gib} * disks::kGiB), "create")) status = 1;
+        if (!check(driver->create(d, std::int64_t{gib} * gpucloud::kGiB), "create")) status = 1;
         into->push_back(ms_since(t0));
         if (gib == 100) {
           const auto t1 = Clock::now();
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
     auto driver = std::move(*disks::make_disk_driver("btrfs", options));
     if (!check(driver->start(), "btrfs start")) return 1;
     const std::string id = "disk-bench2";
-    if (!check(driver->create(id, std::int64_t{size_gib} * disks::kGiB), "create")) return 1;
+    if (!check(driver->create(id, std::int64_t{size_gib} * gpucloud::kGiB), "create")) return 1;
     auto path = driver->mount(id);
     if (!path || !write_data(*path, data_gib)) return 1;
     std::vector<double> t_snap, t_raw;

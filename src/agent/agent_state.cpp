@@ -29,10 +29,6 @@ namespace {
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-tl::unexpected<Error> invalid(std::string detail) {
-  return fail(ErrorCode::invalid_argument, std::move(detail));
-}
-
 // ---- typed readers; `what` names the field in errors ---------------------------------------
 
 Result<std::string> read_string(const json::object& o, std::string_view key, bool required,

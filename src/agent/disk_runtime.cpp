@@ -18,6 +18,7 @@
 #include "agent/disks/disk_driver_registry.h"
 #include "agent/disks/disk_tools.h"
 #include "agent/local_agent.h"
+#include "agent/log_text.h"
 #include "core/offload.h"
 
 namespace gpucloud::agent {
@@ -29,7 +30,6 @@ using net::awaitable;
 using net::use_awaitable;
 using disks::DataDiskAttachment;
 using disks::DiskInfo;
-using disks::kGiB;
 using disks::SnapshotInfo;
 
 // An awaitable mutex for coroutines on one strand (as InstanceRuntime's).
@@ -75,9 +75,6 @@ class Held {
   std::function<void()> unlock_;
 };
 
-tl::unexpected<Error> invalid(std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); }
-
-std::string q(std::string_view text) { return json::serialize(json::value(json::string(text))); }
 
 Result<std::string> read_id(const json::object& o, std::string_view key, bool required) {
   const auto* v = o.if_contains(key);

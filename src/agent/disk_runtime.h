@@ -58,6 +58,7 @@
 #include "agent/disks/disk_driver.h"
 #include "agent/runtime/runtime_driver.h"
 #include "core/result.h"
+#include "core/units.h"
 
 namespace gpucloud::agent {
 
@@ -67,7 +68,7 @@ class DiskRuntime {
  public:
   struct Options {
     int threads = 2;  // concurrent driver calls (a snapshot copy may take seconds)
-    std::int64_t btrfs_pool_initial_bytes = 16 * disks::kGiB;
+    std::int64_t btrfs_pool_initial_bytes = 16 * kGiB;
   };
   struct HostDriver {
     std::string host_name;

@@ -26,8 +26,10 @@
 #include "agent/host_key.h"
 #include "agent/image_saver.h"
 #include "agent/local_agent.h"
+#include "agent/log_text.h"
 #include "core/fault_points.h"
 #include "core/offload.h"
+#include "core/units.h"
 
 namespace gpucloud::agent {
 
@@ -72,7 +74,6 @@ struct InstanceRuntime::Instance {
 
 namespace {
 
-constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 constexpr int kSubnetAttempts = 64;
 constexpr int kHostKeyLogTail = 400;
 constexpr std::chrono::minutes kPullTimeout{30};
@@ -117,10 +118,6 @@ class Revert {
   }
   std::vector<Step> steps_;
 };
-
-tl::unexpected<Error> invalid(std::string detail) {
-  return fail(ErrorCode::invalid_argument, std::move(detail));
-}
 
 bool valid_installation_id(std::string_view id) {
   return id.size() <= 40 && is_valid_instance_id(id);
@@ -187,8 +184,6 @@ bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
 
-// For log lines (which are JSON): any text as a JSON string, quotes included.
-std::string q(std::string_view text) { return json::serialize(json::value(json::string(text))); }
 std::string error_text(const Error& e) { return q(std::string(to_string(e.code)) + ": " + e.detail); }
 
 std::string state_reason(const ContainerStatus& c, const std::string& desired_state) {

@@ -308,9 +308,9 @@ TEST(SseParser, SkipsABomAndRefusesEndlessLines) {
 
 // --- the commands end to end on fakes -----------------------------------------------------
 
-class FakeTransport : public HttpTransport {
+class CannedAnswerTransport : public HttpTransport {
  public:
-  explicit FakeTransport(std::map<std::string, std::pair<int, std::string>>& answers,
+  explicit CannedAnswerTransport(std::map<std::string, std::pair<int, std::string>>& answers,
                          std::vector<std::string>& seen)
       : answers_(answers), seen_(seen) {}
   Result<HttpResponse> send(const HttpRequest& request) override {
@@ -354,7 +354,7 @@ class ConnectCommands : public TempDir {
       return std::nullopt;
     };
     deps.connect = [this](const Endpoint&) {
-      return std::make_unique<FakeTransport>(answers_, requests_);
+      return std::make_unique<CannedAnswerTransport>(answers_, requests_);
     };
     deps.stdin_is_tty = [] { return false; };
     deps.stderr_is_tty = [] { return false; };

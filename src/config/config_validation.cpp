@@ -18,7 +18,7 @@ constexpr std::string_view kZoneinfoDir = "/usr/share/zoneinfo";
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
-std::string quote(std::string_view s) {
+std::string quote_for_message(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
@@ -129,26 +129,26 @@ std::string at(std::string_view array, std::size_t i) {
 
 void check_top_level(const Config& c, Checker& k) {
   if (!is_valid_listen(c.listen)) {
-    k.error("listen", quote(c.listen) + R"( is not HOST:PORT like "127.0.0.1:8080", "0.0.0.0:8080" or "[::1]:8080")");
+    k.error("listen", quote_for_message(c.listen) + R"( is not HOST:PORT like "127.0.0.1:8080", "0.0.0.0:8080" or "[::1]:8080")");
   }
   if (c.data_dir.empty()) k.error("data_dir", "must not be empty");
   bool currency_ok = c.currency.size() == 3 &&
                      std::all_of(c.currency.begin(), c.currency.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; });
-  if (!currency_ok) k.error("currency", quote(c.currency) + R"( is not a 3-letter ISO 4217 code like "CNY")");
+  if (!currency_ok) k.error("currency", quote_for_message(c.currency) + R"( is not a 3-letter ISO 4217 code like "CNY")");
   bool host_ok = !c.public_host.empty() &&
                  std::all_of(c.public_host.begin(), c.public_host.end(), [](char ch) {
                    return is_alnum(ch) || ch == '-' || ch == '.' || ch == ':' || ch == '[' || ch == ']';
                  });
   if (!host_ok) {
-    k.error("public_host", quote(c.public_host) + " is not a host name or address (users SSH to it)");
+    k.error("public_host", quote_for_message(c.public_host) + " is not a host name or address (users SSH to it)");
   }
   k.positive("session_ttl", c.session_ttl);
   if (!is_valid_timezone(c.billing_timezone)) {
     k.error("billing_timezone",
-            quote(c.billing_timezone) + R"( is not "UTC" or a time zone under /usr/share/zoneinfo like "Asia/Shanghai")");
+            quote_for_message(c.billing_timezone) + R"( is not "UTC" or a time zone under /usr/share/zoneinfo like "Asia/Shanghai")");
   }
   if (!is_valid_store_url(c.store_url)) {
-    k.error("store.url", quote(c.store_url) + " is not sqlite://PATH or postgresql://USER@HOST:PORT/DB");
+    k.error("store.url", quote_for_message(c.store_url) + " is not sqlite://PATH or postgresql://USER@HOST:PORT/DB");
   }
 }
 
@@ -157,9 +157,9 @@ void check_zones(const Config& c, Checker& k) {
   for (std::size_t i = 0; i < c.zones.size(); ++i) {
     const Zone& z = c.zones[i];
     if (!is_valid_name(z.name)) {
-      k.error(at("zones", i) + ".name", quote(z.name) + " is not a name like \"zone-a\" ([a-z][a-z0-9-]{0,62})");
+      k.error(at("zones", i) + ".name", quote_for_message(z.name) + " is not a name like \"zone-a\" ([a-z][a-z0-9-]{0,62})");
     } else if (auto [it, inserted] = seen.emplace(z.name, i); !inserted) {
-      k.error(at("zones", i) + ".name", quote(z.name) + " is already the name of " + at("zones", it->second));
+      k.error(at("zones", i) + ".name", quote_for_message(z.name) + " is already the name of " + at("zones", it->second));
     }
     if (z.region.empty()) k.error(at("zones", i) + ".region", "must not be empty");
   }
@@ -174,7 +174,7 @@ void check_offers(const Config& c, Checker& k) {
     if (o.gpu_model.empty()) {
       k.error(p + ".gpu_model", "required");
     } else if (auto [it, inserted] = models.emplace(o.gpu_model, i); !inserted) {
-      k.error(p + ".gpu_model", quote(o.gpu_model) + " already has an offer: " + at("offers", it->second));
+      k.error(p + ".gpu_model", quote_for_message(o.gpu_model) + " already has an offer: " + at("offers", it->second));
     }
     for (std::size_t j = 0; j < o.nvml_names.size(); ++j) {
       const std::string& n = o.nvml_names[j];
@@ -183,7 +183,7 @@ void check_offers(const Config& c, Checker& k) {
         k.error(np, "must not be empty");
       } else if (auto [it, inserted] = nvml.emplace(n, i); !inserted && it->second != i) {
         // A real GPU must match exactly one offer.
-        k.error(np, quote(n) + " is also listed by " + at("offers", it->second));
+        k.error(np, quote_for_message(n) + " is also listed by " + at("offers", it->second));
       }
     }
     k.non_negative(p + ".gpu_memory_gib", o.gpu_memory_gib);
@@ -204,27 +204,27 @@ void check_hosts(const Config& c, Checker& k) {
     if (h.name.empty()) {
       k.error(p + ".name", "required");
     } else if (!is_valid_host_name(h.name)) {
-      k.error(p + ".name", quote(h.name) + " is not a host name (letters, digits, '-', '.', '_'; at most 63)");
+      k.error(p + ".name", quote_for_message(h.name) + " is not a host name (letters, digits, '-', '.', '_'; at most 63)");
     } else if (auto [it, inserted] = names.emplace(h.name, i); !inserted) {
-      k.error(p + ".name", quote(h.name) + " is already the name of " + at("hosts", it->second));
+      k.error(p + ".name", quote_for_message(h.name) + " is already the name of " + at("hosts", it->second));
     }
     // An empty zones list stands for the default zone apply_defaults() adds.
     bool zone_known = c.zones.empty() ? h.zone == "zone-a" : c.find_zone(h.zone) != nullptr;
     if (h.zone.empty()) {
       k.error(p + ".zone", "required when there is more than one zone");
     } else if (!zone_known) {
-      k.error(p + ".zone", "zone " + quote(h.zone) + " is not declared in [[zones]]");
+      k.error(p + ".zone", "zone " + quote_for_message(h.zone) + " is not declared in [[zones]]");
     }
     if (!is_valid_engine(h.engine)) {
-      k.error(p + ".engine", quote(h.engine) + " is not unix:///PATH/TO/docker.sock");
+      k.error(p + ".engine", quote_for_message(h.engine) + " is not unix:///PATH/TO/docker.sock");
     }
     if (std::find(std::begin(kDiskDrivers), std::end(kDiskDrivers), h.disk_driver) == std::end(kDiskDrivers)) {
-      k.error(p + ".disk_driver", quote(h.disk_driver) + " is not a disk driver (loop-ext4 or btrfs)");
+      k.error(p + ".disk_driver", quote_for_message(h.disk_driver) + " is not a disk driver (loop-ext4 or btrfs)");
     }
     k.positive(p + ".cpu", h.cpu);
     k.positive(p + ".memory_gib", h.memory_gib);
     if (!(1024 <= h.port_min && h.port_min <= h.port_max && h.port_max <= 65535)) {
-      k.error(p + ".port_range", quote(range_text(h.port_min, h.port_max)) + " is not LOW-HIGH with 1024<=LOW<=HIGH<=65535");
+      k.error(p + ".port_range", quote_for_message(range_text(h.port_min, h.port_max)) + " is not LOW-HIGH with 1024<=LOW<=HIGH<=65535");
     }
     for (std::size_t g = 0; g < h.simulated_gpus.size(); ++g) {
       const SimulatedGpu& gpu = h.simulated_gpus[g];
@@ -233,7 +233,7 @@ void check_hosts(const Config& c, Checker& k) {
         k.error(gp + ".model", "required");
       } else if (c.find_offer(gpu.model) == nullptr) {
         // Without an offer the GPUs could be neither priced nor rented.
-        k.error(gp + ".model", quote(gpu.model) + " has no [[offers]] entry with gpu_model = " + quote(gpu.model));
+        k.error(gp + ".model", quote_for_message(gpu.model) + " has no [[offers]] entry with gpu_model = " + quote_for_message(gpu.model));
       }
       k.positive(gp + ".memory_gib", gpu.memory_gib);
       k.positive(gp + ".count", gpu.count);
@@ -243,7 +243,7 @@ void check_hosts(const Config& c, Checker& k) {
       auto [it, inserted] = nvml_host_by_engine.emplace(h.engine, i);
       if (!inserted) {
         const Host& other = c.hosts[it->second];
-        k.error(p, "hosts " + quote(other.name) + " and " + quote(h.name) + " both take their GPUs from NVML on engine " +
+        k.error(p, "hosts " + quote_for_message(other.name) + " and " + quote_for_message(h.name) + " both take their GPUs from NVML on engine " +
                        h.engine + "; at most one host per engine may, the others must declare simulated_gpus");
       }
     }
@@ -256,7 +256,7 @@ void check_hosts(const Config& c, Checker& k) {
       if (a.engine != b.engine || a.port_min > a.port_max || b.port_min > b.port_max) continue;
       if (a.port_min <= b.port_max && b.port_min <= a.port_max) {
         k.error(at("hosts", j) + ".port_range",
-                "hosts " + quote(a.name) + " (" + a.port_range() + ") and " + quote(b.name) + " (" + b.port_range() +
+                "hosts " + quote_for_message(a.name) + " (" + a.port_range() + ") and " + quote_for_message(b.name) + " (" + b.port_range() +
                     ") on engine " + a.engine + " have overlapping port ranges");
       }
     }
@@ -269,9 +269,9 @@ void check_images(const Config& c, Checker& k) {
     const Image& img = c.images[i];
     std::string p = at("images", i);
     if (!is_valid_image_name(img.name)) {
-      k.error(p + ".name", quote(img.name) + " is not an image name ([a-z][a-z0-9.-]{0,62})");
+      k.error(p + ".name", quote_for_message(img.name) + " is not an image name ([a-z][a-z0-9.-]{0,62})");
     } else if (auto [it, inserted] = names.emplace(img.name, i); !inserted) {
-      k.error(p + ".name", quote(img.name) + " is already the name of " + at("images", it->second));
+      k.error(p + ".name", quote_for_message(img.name) + " is already the name of " + at("images", it->second));
     }
     if (img.engine_image.empty()) k.error(p + ".engine_image", "required");
   }

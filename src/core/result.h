@@ -49,6 +49,7 @@ inline tl::unexpected<Error> fail(ErrorCode code, std::string detail) {
   return tl::unexpected<Error>(Error{code, std::move(detail), {}, 0});
 }
 inline tl::unexpected<Error> fail(Error error) { return tl::unexpected<Error>(std::move(error)); }
+inline tl::unexpected<Error> invalid(std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); }
 
 inline Status ok() { return {}; }
 

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/fault_points.h"
+#include "core/units.h"
 #include "market/hosts.h"
 
 namespace gpucloud::disks {
@@ -17,7 +18,6 @@ using SS = SnapshotState;
 
 namespace {
 
-constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 std::int64_t observed_int(const json::object& o, const char* key, std::int64_t fallback) {
   auto it = o.find(key);

@@ -61,13 +61,13 @@ Image image_from(const store::Row& r) {
   i.engine_removed = r.int64(22) != 0;
   return i;
 }
-constexpr const char* kColumns =
+constexpr const char* kImageColumns =
     "SELECT id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, visibility, owner, state, ssh, "
     "created_at, state_reason, own_size_bytes, host_id, source_instance, base_image_id, deleted_at, purge_warned, "
     "purged_at, engine_removed FROM images ";
 
 Result<std::vector<Image>> many(store::Database& db, std::string_view where, std::initializer_list<store::Arg> args) {
-  auto rows = db.all(std::string(kColumns) + std::string(where), args);
+  auto rows = db.all(std::string(kImageColumns) + std::string(where), args);
   if (!rows) return fail(rows.error());
   std::vector<Image> out;
   for (const auto& r : *rows) out.push_back(image_from(r));
@@ -97,7 +97,7 @@ Result<std::vector<Image>> list_images(store::Database& db, const std::string& v
 Result<Image> find_image_for_view(store::Database& db, const std::string& viewer, const std::string& id_or_name) {
   auto live = find_image(db, viewer, id_or_name);
   if (live || live.error().code != ErrorCode::not_found) return live;
-  auto row = db.one(std::string(kColumns) +
+  auto row = db.one(std::string(kImageColumns) +
                         "WHERE state = 'deleted' AND purged_at IS NULL AND visibility = 'private' AND owner = ? "
                         "AND (id = ? OR name = ?) ORDER BY deleted_at DESC LIMIT 1",
                     {viewer, id_or_name, id_or_name});
@@ -107,14 +107,14 @@ Result<Image> find_image_for_view(store::Database& db, const std::string& viewer
 }
 
 Result<Image> find_image_by_id(store::Database& db, const std::string& id) {
-  auto row = db.one(std::string(kColumns) + "WHERE id = ?", {id});
+  auto row = db.one(std::string(kImageColumns) + "WHERE id = ?", {id});
   if (!row) return fail(row.error());
   if (!*row) return fail(ErrorCode::not_found, "image " + id + " not found");
   return image_from(**row);
 }
 
 Result<Image> find_image(store::Database& db, const std::string& viewer, const std::string& id_or_name) {
-  auto row = db.one(std::string(kColumns) +
+  auto row = db.one(std::string(kImageColumns) +
                         "WHERE state != 'deleted' AND (visibility = 'public' OR owner = ?) AND (id = ? OR name = ?) "
                         "ORDER BY visibility = 'private' DESC LIMIT 1",
                     {viewer, id_or_name, id_or_name});
@@ -148,7 +148,7 @@ json::object image_json(const Image& i) {
 }
 
 Result<std::vector<Image>> public_images(store::Database& db) {
-  auto rows = db.all(std::string(kColumns) + "WHERE visibility = 'public' AND state != 'deleted' ORDER BY created_at, id", {});
+  auto rows = db.all(std::string(kImageColumns) + "WHERE visibility = 'public' AND state != 'deleted' ORDER BY created_at, id", {});
   if (!rows) return fail(rows.error());
   std::vector<Image> out;
   for (const auto& r : *rows) out.push_back(image_from(r));
@@ -213,7 +213,7 @@ Result<bool> finish_custom_image(store::Database& db, const std::string& id, con
 
 namespace {
 Result<Image> own_custom(store::Database& db, const std::string& owner, const std::string& id_or_name, bool deleted) {
-  auto row = db.one(std::string(kColumns) + "WHERE purged_at IS NULL AND (id = ? OR name = ?) AND " +
+  auto row = db.one(std::string(kImageColumns) + "WHERE purged_at IS NULL AND (id = ? OR name = ?) AND " +
                         (deleted ? "state = 'deleted' " : "state != 'deleted' ") +
                         "AND (visibility = 'public' OR owner = ?) ORDER BY visibility = 'private' DESC, "
                         "deleted_at DESC LIMIT 1",

@@ -67,7 +67,7 @@ namespace {
 SshKey key_from(const store::Row& r) {
   return SshKey{r.text(0), r.text(1), r.text(2), r.text(3), r.text(4), from_unix_micros(r.int64(5))};
 }
-constexpr const char* kColumns = "SELECT id, owner, name, public_key, fingerprint, created_at FROM ssh_keys ";
+constexpr const char* kSshKeyColumns = "SELECT id, owner, name, public_key, fingerprint, created_at FROM ssh_keys ";
 }  // namespace
 
 Result<SshKey> add_ssh_key(store::Database& db, const std::string& owner, const std::string& name, const ParsedKey& key,
@@ -84,7 +84,7 @@ Result<SshKey> add_ssh_key(store::Database& db, const std::string& owner, const 
 }
 
 Result<std::vector<SshKey>> list_ssh_keys(store::Database& db, const std::string& owner) {
-  auto rows = db.all(std::string(kColumns) + "WHERE owner = ? ORDER BY created_at DESC, id DESC", {owner});
+  auto rows = db.all(std::string(kSshKeyColumns) + "WHERE owner = ? ORDER BY created_at DESC, id DESC", {owner});
   if (!rows) return fail(rows.error());
   std::vector<SshKey> out;
   for (const auto& r : *rows) out.push_back(key_from(r));
@@ -92,7 +92,7 @@ Result<std::vector<SshKey>> list_ssh_keys(store::Database& db, const std::string
 }
 
 Result<SshKey> find_ssh_key(store::Database& db, const std::string& owner, const std::string& id_or_name) {
-  auto row = db.one(std::string(kColumns) + "WHERE owner = ? AND (id = ? OR name = ?)", {owner, id_or_name, id_or_name});
+  auto row = db.one(std::string(kSshKeyColumns) + "WHERE owner = ? AND (id = ? OR name = ?)", {owner, id_or_name, id_or_name});
   if (!row) return fail(row.error());
   if (!*row) return fail(ErrorCode::not_found, "ssh key " + id_or_name + " not found");
   return key_from(**row);

@@ -46,7 +46,7 @@ using gpucloud::agent::CommandOutcome;
 using gpucloud::agent::DiskRuntime;
 using gpucloud::agent::LocalAgent;
 namespace disks = gpucloud::agent::disks;
-using disks::kMiB;
+using gpucloud::kMiB;
 
 std::string random_alnum(int n) {
   static std::mt19937_64 rng{std::random_device{}()};

@@ -61,7 +61,9 @@ TEST_F(PagingTest, EveryListPagesNewestFirstWithoutGapsOrRepeats) {
   for (int n = 0; n < 3; ++n) {
     ASSERT_EQ(daemon_.post("/api/v1/tokens", {{"name", "t" + std::to_string(n)}}, user_).status, 201);
     // The default host has this machine's cores: two no-GPU instances fit everywhere.
-    if (n < 2) ASSERT_EQ(daemon_.post("/api/v1/instances", {{"name", "p" + std::to_string(n)}, {"gpu_count", 0}}, user_).status, 202);
+    if (n < 2) {
+      ASSERT_EQ(daemon_.post("/api/v1/instances", {{"name", "p" + std::to_string(n)}, {"gpu_count", 0}}, user_).status, 202);
+    }
     std::string dir = "/tmp/gpucloud-it-page-" + random_suffix();
     std::string key = shell("mkdir -p " + dir + " && ssh-keygen -q -t ed25519 -N '' -f " + dir + "/id && cat " + dir +
                             "/id.pub && rm -rf " + dir);

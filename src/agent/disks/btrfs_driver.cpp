@@ -27,7 +27,6 @@ constexpr std::int64_t kMinimumSize = 16 * kMiB;
 constexpr std::int64_t kPoolHeadroom = 2 * kGiB;  // metadata (DUP) and the snapshots' own trees
 constexpr std::uint64_t kSubvolumeRootInode = 256;  // BTRFS_FIRST_FREE_OBJECTID
 
-tl::unexpected<Error> invalid(std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); }
 
 Status check_id(const std::string& id, const char* what) {
   if (!is_valid_disk_id(id)) return invalid(std::string(what) + " '" + id + "' is not an id like disk-3kq9x2m7c4v8");

@@ -8,7 +8,6 @@ namespace gpucloud::agent::disks {
 
 namespace {
 
-tl::unexpected<Error> invalid(std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); }
 
 bool at_or_under(std::string_view path, std::string_view dir) {
   return path == dir || (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');

@@ -28,11 +28,9 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/units.h"
 
 namespace gpucloud::agent::disks {
-
-inline constexpr std::int64_t kMiB = std::int64_t{1} << 20;
-inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 struct DiskInfo {
   std::string disk_id;

@@ -33,7 +33,6 @@ constexpr std::int64_t kMinimumSize = 16 * kMiB;
 constexpr auto kCopyTimeout = std::chrono::hours(2);
 constexpr auto kCheckTimeout = std::chrono::minutes(30);
 
-tl::unexpected<Error> invalid(std::string detail) { return fail(ErrorCode::invalid_argument, std::move(detail)); }
 
 Status check_id(const std::string& id, const char* what) {
   if (!is_valid_disk_id(id)) return invalid(std::string(what) + " '" + id + "' is not an id like disk-3kq9x2m7c4v8");

@@ -3,11 +3,12 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/units.h"
+
 namespace gpucloud::gpu {
 
 namespace {
 
-constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
 // FNV-1a: fixed by definition, unlike std::hash, so UUIDs do not change between builds.
 std::uint64_t fnv1a(std::string_view data, std::uint64_t h = 0xcbf29ce484222325ULL) {

@@ -21,6 +21,7 @@
 #include <boost/json.hpp>
 
 #include "agent/runtime/engine_pipe.h"
+#include "core/units.h"
 
 namespace gpucloud::agent {
 
@@ -36,7 +37,6 @@ using local = net::local::stream_protocol;
 
 namespace {
 
-constexpr std::int64_t kMiB = 1024 * 1024;
 constexpr std::string_view kNvidiaVisible = "NVIDIA_VISIBLE_DEVICES";
 
 // ---- small JSON readers (the engine's answers are trusted but not assumed complete) ----

@@ -15,10 +15,6 @@ using disks::Disk;
 
 namespace {
 
-instances::Actor actor_of(const RequestContext& ctx) {
-  return instances::Actor{ctx.caller().user.id, ctx.caller().user.is_admin()};
-}
-
 // The id in a 2xx answer (a replayed one names the first request's resource).
 std::optional<std::string> answered_id(const Response& r) {
   boost::system::error_code ec;
@@ -50,7 +46,7 @@ asio::awaitable<Result<Response>> create_disk(RequestContext& ctx) {
   if (!snap) co_return tl::unexpected(snap.error());
   r.from_snapshot = *snap;
   std::string id = new_id("d");
-  auto effect = [&app, r, id, actor = actor_of(ctx), now = app.clock().now()](store::Database& db) -> Result<Response> {
+  auto effect = [&app, r, id, actor = ctx.actor(), now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto d = disks::create_disk(db, app.config(), actor, id, r, now);
     if (!d) return tl::unexpected(d.error());
     return json_response(202, disks::disk_json(*d));
@@ -107,7 +103,7 @@ asio::awaitable<Error> body_error(RequestContext& ctx, const Error& error) {
 template <class Action>
 asio::awaitable<Result<Response>> act(RequestContext& ctx, int status, Action action) {
   App& app = ctx.app;
-  auto effect = [&app, action, status, actor = actor_of(ctx), id = ctx.param("id"), now = app.clock().now()](
+  auto effect = [&app, action, status, actor = ctx.actor(), id = ctx.param("id"), now = app.clock().now()](
                     store::Database& db) -> Result<Response> {
     auto d = action(db, app.config(), actor, id, now);
     if (!d) return tl::unexpected(d.error());
@@ -197,7 +193,7 @@ asio::awaitable<Result<Response>> snapshot_disk(RequestContext& ctx) {
   auto name = parse_snapshot(ctx.request.body);
   if (!name) co_return tl::unexpected(co_await body_error(ctx, name.error()));
   std::string id = new_id("snap");
-  auto effect = [&app, name = *name, id, actor = actor_of(ctx), disk = ctx.param("id"), now = app.clock().now()](
+  auto effect = [&app, name = *name, id, actor = ctx.actor(), disk = ctx.param("id"), now = app.clock().now()](
                     store::Database& db) -> Result<Response> {
     auto s = disks::snapshot_disk(db, actor, disk, id, name, now);
     if (!s) return tl::unexpected(s.error());

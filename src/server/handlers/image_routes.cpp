@@ -14,8 +14,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-instances::Actor actor_of(const auth::Principal& caller) { return instances::Actor{caller.user.id, caller.user.is_admin()}; }
-
 asio::awaitable<Result<Response>> list_images(RequestContext& ctx) {
   auto page = parse_page_request(ctx.request);
   if (!page) co_return tl::unexpected(page.error());
@@ -56,7 +54,7 @@ asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
     co_return fail(ErrorCode::invalid_argument, "description: at most 1000 characters");
   instances::SaveImageRequest request{name->value_or(""), description->value_or("")};
   std::string image_id = new_id("img");
-  auto effect = [&app, request, image_id, actor = actor_of(ctx.caller()), instance = ctx.param("id"),
+  auto effect = [&app, request, image_id, actor = ctx.actor(), instance = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto image = instances::begin_save_image(db, app.config(), actor, instance, request, image_id, now);
     if (!image) return tl::unexpected(image.error());
@@ -74,7 +72,7 @@ asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> delete_image(RequestContext& ctx) {
   App& app = ctx.app;
-  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
+  auto effect = [&app, actor = ctx.actor(), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
     return instances::delete_image(db, app.config(), actor, id, now);
   };
   auto deleted = co_await app.store().write(std::move(effect));
@@ -85,7 +83,7 @@ asio::awaitable<Result<Response>> delete_image(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> restore_image(RequestContext& ctx) {
   App& app = ctx.app;
-  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
+  auto effect = [&app, actor = ctx.actor(), id = ctx.param("id"), now = app.clock().now()](store::Database& db) {
     return instances::restore_image(db, app.config(), actor, id, now);
   };
   auto restored = co_await app.store().write(std::move(effect));

@@ -41,7 +41,7 @@ asio::awaitable<Result<Response>> get_snapshot(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> delete_snapshot(RequestContext& ctx) {
   App& app = ctx.app;
-  auto effect = [&app, actor = instances::Actor{ctx.caller().user.id, ctx.caller().user.is_admin()}, id = ctx.param("id"),
+  auto effect = [&app, actor = ctx.actor(), id = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<std::pair<Response, std::string>> {
     auto s = disks::delete_snapshot(db, app.config(), actor, id, now);
     if (!s) return tl::unexpected(s.error());
@@ -56,7 +56,7 @@ asio::awaitable<Result<Response>> delete_snapshot(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> restore_snapshot(RequestContext& ctx) {
   App& app = ctx.app;
-  auto effect = [actor = instances::Actor{ctx.caller().user.id, ctx.caller().user.is_admin()}, id = ctx.param("id"),
+  auto effect = [actor = ctx.actor(), id = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto s = disks::restore_snapshot(db, actor, id, now);
     if (!s) return tl::unexpected(s.error());
