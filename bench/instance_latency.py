@@ -78,6 +78,9 @@ memory_gib_per_gpu  = 1
 price_per_gpu_hour  = 198
 price_per_gpu_week  = 26600
 price_per_gpu_month = 99800
+
+[policy]
+recycle_days = 0    # a released bench instance's disk (delete_on_release) is destroyed at once
 """
 
 now = time.monotonic
@@ -249,17 +252,20 @@ def write_known_hosts(path, alias, host_key):
 # ---- the two sides --------------------------------------------------------------------------
 
 class Gpucloud:
-    def __init__(self, api, ssh, workdir, opts):
+    def __init__(self, api, ssh, workdir, opts, data_disk_gib=0):
         self.api, self.ssh, self.workdir, self.opts = api, ssh, workdir, opts
+        self.data_disk_gib = data_disk_gib
         self.alive = set()
 
     def run(self, name):
         known_hosts = self.workdir / f"known_hosts-{name}"
         alias = f"gpucloud-bench-{name}"
         t0 = now()
-        made = self.api.json("POST", "/api/v1/instances",
-                             {"name": name, "gpu_model": "RTX 4090", "gpu_count": 1, "ssh_keys": ["bench"]},
-                             expect=(201, 202))
+        body = {"name": name, "gpu_model": "RTX 4090", "gpu_count": 1, "ssh_keys": ["bench"]}
+        if self.data_disk_gib:
+            # A new data disk made with the instance, destroyed with it (recycle_days = 0).
+            body["data_disks"] = [{"size_gib": self.data_disk_gib, "delete_on_release": True}]
+        made = self.api.json("POST", "/api/v1/instances", body, expect=(201, 202))
         t_post = now() - t0
         self.alive.add(name)
         ssh_info = made.get("ssh") or {}
@@ -537,6 +543,9 @@ def main():
     ap.add_argument("--bare-network", choices=("default", "gpucloud"), default="default",
                     help="bare containers on Docker's default bridge (default) or on the daemon's own "
                          "network with a fixed address, CapDrop and Sysctls as the driver sends them")
+    ap.add_argument("--data-disk-gib", type=int, default=0,
+                    help="also time gpucloud creates with a new data disk of this size (a third side, "
+                         "compared with gpucloud creates without one)")
     args = ap.parse_args()
     if args.count < 1:
         ap.error("--count must be at least 1")
@@ -573,12 +582,12 @@ def main():
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpucloud-instance-latency-"))
     run_id = os.urandom(3).hex()
     proc = installation = None
-    gc = bare = None
+    gc = gcd = bare = None
     try:
         route_localnet_before = pathlib.Path(ROUTE_LOCALNET).read_text().strip()
     except OSError:
         route_localnet_before = None
-    results = {"bare": [], "gpucloud": []}
+    results = {"bare": [], "gpucloud": [], "disk": []}
     order_log = []
     load_before = pathlib.Path("/proc/loadavg").read_text().split()[:3]
     rc = 0
@@ -607,6 +616,7 @@ def main():
 
         ssh = Ssh(workdir, key)
         gc = Gpucloud(api, ssh, workdir, args)
+        gcd = Gpucloud(api, ssh, workdir, args, args.data_disk_gib) if args.data_disk_gib else None
         bare = Bare(engine, ssh, workdir, args, init_path, config_dir, run_id,
                     f"gpucloud-{installation}" if args.bare_network == "gpucloud" else None)
 
@@ -618,30 +628,41 @@ def main():
         print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(load_before)}")
         print()
         print(f"{'run':>4} {'first':>8} | {'bare: API':>9} {'running':>7} {'ssh':>7} | "
-              f"{'gpucloud: POST':>14} {'running':>7} {'ssh':>7} {'release':>7}   (ms)")
+              f"{'gpucloud: POST':>14} {'running':>7} {'ssh':>7} {'release':>7}"
+              + (f" | {'+disk: running':>14} {'ssh':>7} {'release':>7}" if gcd else "") + "   (ms)")
 
         total = args.warmup + args.count
+        sides = [(bare, "bare"), (gc, "gpucloud")]
+        if gcd is not None:
+            sides.append((gcd, "disk"))
         for i in range(total):
             warm = i < args.warmup
-            first = "bare" if i % 2 == 0 else "gpucloud"
+            # The sides take turns going first, so neither always meets a warmer engine.
+            order = sides[i % len(sides):] + sides[:i % len(sides)]
+            first = order[0][1]
             row = {}
-            for side in ((bare, "bare"), (gc, "gpucloud")) if first == "bare" else ((gc, "gpucloud"), (bare, "bare")):
-                obj, label = side
-                name = f"lat-{run_id}-{i}" if label == "gpucloud" else f"gcl-lat-bare-{run_id}-{i}"
+            for obj, label in order:
+                name = {"gpucloud": f"lat-{run_id}-{i}", "disk": f"latd-{run_id}-{i}"}.get(
+                    label, f"gcl-lat-bare-{run_id}-{i}")
                 row[label] = obj.run(name)
             if not warm:
-                results["bare"].append(row["bare"])
-                results["gpucloud"].append(row["gpucloud"])
+                for label in row:
+                    results[label].append(row[label])
                 order_log.append(first)
             b, g = row["bare"], row["gpucloud"]
             tag = "warm" if warm else str(i - args.warmup + 1)
-            print(f"{tag:>4} {first:>8} | {fmt_ms(b['post']):>9} {fmt_ms(b['running'])} {fmt_ms(b['ssh'])} | "
-                  f"{fmt_ms(g['post']):>14} {fmt_ms(g['running'])} {fmt_ms(g['ssh'])} {fmt_ms(g['release'])}",
-                  flush=True)
+            line = (f"{tag:>4} {first:>8} | {fmt_ms(b['post']):>9} {fmt_ms(b['running'])} {fmt_ms(b['ssh'])} | "
+                    f"{fmt_ms(g['post']):>14} {fmt_ms(g['running'])} {fmt_ms(g['ssh'])} {fmt_ms(g['release'])}")
+            if "disk" in row:
+                d = row["disk"]
+                line += f" | {fmt_ms(d['running'])} {fmt_ms(d['ssh'])} {fmt_ms(d['release'])}"
+            print(line, flush=True)
 
         load_after = pathlib.Path("/proc/loadavg").read_text().split()[:3]
         q = {}
-        for label in ("bare", "gpucloud"):
+        for label in ("bare", "gpucloud", "disk"):
+            if not results[label]:
+                continue
             for metric in ("running", "ssh", "post", "release"):
                 vals = [r[metric] for r in results[label]]
                 q[(label, metric)] = (percentile(vals, 50), percentile(vals, 95), min(vals), max(vals))
@@ -670,6 +691,13 @@ def main():
         print(f"       (p95, for information: {g95 * 1000:.0f} vs {limit95 * 1000:.0f} ms  "
               f"{'within' if g95 <= limit95 else 'over'})")
         print(f"target create->SSH p50 <= 1 s: {s50 * 1000:.0f} ms  {v2}")
+        if gcd is not None:
+            d50, d95 = q[("disk", "running")][:2]
+            extra = (d50 - g50) * 1000
+            print(f"with a new {args.data_disk_gib} GiB data disk: create->running p50 {d50 * 1000:.0f} ms "
+                  f"(p95 {d95 * 1000:.0f}), {extra:+.0f} ms over a create without one; "
+                  f"create->SSH p50 {q[('disk', 'ssh')][0] * 1000:.0f} ms")
+            print(f"target data disk create <= +100 ms at p50: {extra:+.0f} ms  {'PASS' if extra <= 100 else 'FAIL'}")
         print(f"ssh attempts: {ssh.attempts}; load average {' '.join(load_before)} -> {' '.join(load_after)}")
     except (BenchError, OSError, subprocess.CalledProcessError, KeyError, ValueError) as e:
         print(f"instance_latency: cannot measure: {e}", file=sys.stderr)
@@ -686,6 +714,8 @@ def main():
             gc.api.close()
         if gc is not None and proc is not None and proc.poll() is None:
             gc.release_all()
+            if gcd is not None:
+                gcd.release_all()
         if bare is not None:
             bare.remove_all()
         if proc is not None:

@@ -92,6 +92,9 @@ instances::Instance running_instance() {
   i.created_at = at("2025-01-01T00:00:00Z");
   i.started_at = at("2025-01-01T00:00:05Z");
   i.ports = {instances::PortBinding{22, "tcp", 30022}, instances::PortBinding{8888, "tcp", 30023}};
+  i.security_group_id = "sg-0123456789ab";
+  i.security_rules = {{security_groups::Protocol::tcp, 22, 22, "0.0.0.0/0", ""},
+                      {security_groups::Protocol::tcp, 8888, 8888, "0.0.0.0/0", ""}};
   i.gpu_uuids = {"GPU-11111111-2222"};
   i.gpus_simulated = true;
   return i;
@@ -172,7 +175,7 @@ TEST_F(CliServerJsonTest, ShowPrintsWhatInstanceJsonHolds) {
   EXPECT_NE(line_with("billing").find("hourly"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("memory").find("32"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("run time").find("1h"), std::string::npos) << out_.str();
-  // Null members of the view (no security group, no Jupyter yet, no expiry) print nothing odd.
+  // Null members of the view (no Jupyter yet, no expiry) print nothing odd.
   EXPECT_FALSE(printed("null")) << out_.str();
 
   // --json passes the server's document through unchanged.

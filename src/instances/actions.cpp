@@ -9,6 +9,7 @@
 #include "market/hosts.h"
 #include "market/prices.h"
 #include "market/reservations.h"
+#include "security_groups/security_group_actions.h"
 
 namespace gpucloud::instances {
 
@@ -84,6 +85,9 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   i.password_hash = spec.password_hash;
   i.billing_mode = spec.billing_mode;
   i.auto_renew = spec.auto_renew;
+  auto group = security_groups::use_group(db, actor.user_id, spec.security_group, now);
+  if (!group) return fail(group.error());
+  i.security_group_id = group->id;
   for (const auto& k : spec.ssh_keys) {
     auto key = find_ssh_key(db, actor.user_id, k);
     if (!key) return fail(ErrorCode::invalid_argument, "ssh_keys: " + key.error().detail);
@@ -205,24 +209,32 @@ Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, con
     next.auto_renew = *request.auto_renew;
     changed = true;
   }
+  if (request.security_group) {
+    auto group = security_groups::use_group(db, i->owner, request.security_group, now);
+    if (!group) return fail(group.error());
+    if (group->id != i->security_group_id) {
+      next.security_group_id = group->id;
+      changed = engine_follows = true;
+    }
+  }
   if (request.ports && i->host_id) {
     // Kept ports keep their host port; new ones get free ones; dropped ones are freed. The
     // agent learns the new set from the next ensure of whatever state the instance is in, so
     // store and agent agree on which host ports this instance holds.
-    std::vector<int> added;
-    for (int p : *request.ports)
-      if (std::none_of(i->ports.begin(), i->ports.end(), [&](const PortBinding& b) { return b.container_port == p; }))
+    auto declared = [](const PortBinding& b) { return PortSpec{b.container_port, b.protocol}; };
+    std::vector<PortSpec> added;
+    for (const auto& p : *request.ports)
+      if (std::none_of(i->ports.begin(), i->ports.end(), [&](const PortBinding& b) { return declared(b) == p; }))
         added.push_back(p);
     bool dropped = false;
     for (const auto& b : i->ports)
-      if (std::find(request.ports->begin(), request.ports->end(), b.container_port) == request.ports->end()) {
-        if (auto s = free_port(db, i->id, b.container_port); !s) return fail(s.error());
+      if (std::find(request.ports->begin(), request.ports->end(), declared(b)) == request.ports->end()) {
+        if (auto s = free_port(db, i->id, declared(b)); !s) return fail(s.error());
         dropped = true;
       }
     if (auto a = allocate_ports(db, i->id, *i->host_id, added); !a) return fail(a.error());
     if (dropped || !added.empty()) changed = engine_follows = true;
   }
-  (void)now;
   if (changed)
     if (auto s = update_desired(db, *i, next); !s) return fail(s.error());
   auto stored = reload(db, i->id);

@@ -25,7 +25,8 @@ struct CreateRequest {
   int cpu = 0;
   std::int64_t memory_gib = 0;
   std::int64_t system_disk_gib = 30;
-  std::vector<int> ports{22};
+  std::vector<PortSpec> ports{{22, "tcp"}};
+  std::optional<std::string> security_group;  // id or name; none: the owner's default group
   std::vector<std::string> ssh_keys;  // ids or names
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";
@@ -37,8 +38,9 @@ struct CreateRequest {
 
 struct PatchRequest {
   std::optional<std::string> name;
-  std::optional<std::vector<int>> ports;
+  std::optional<std::vector<PortSpec>> ports;
   std::optional<bool> auto_renew;
+  std::optional<std::string> security_group;  // id or name
 };
 
 // The actor's instance by id or name; another user's is not_found (the operator sees all).

@@ -32,14 +32,15 @@ std::optional<SysTime> time_of(const std::optional<std::int64_t>& v) {
   return v ? std::optional(from_unix_micros(*v)) : std::nullopt;
 }
 
-constexpr const char* kColumns =
+constexpr const char* kInstanceColumns =
     "SELECT i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, h.name, i.gpu_model, i.gpu_count, i.cpu, "
     "i.memory_gib, i.no_gpu, i.system_disk_gib, i.image_id, i.ssh_keys, i.password_hash, i.billing_mode, i.auto_renew, "
     "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, i.charged, i.created_at, "
-    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes FROM instances i LEFT JOIN hosts h ON h.id = i.host_id "
-    "LEFT JOIN images im ON im.id = i.image_id ";
+    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules "
+    "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
+    "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
-Instance instance_from(const store::Row& r) {
+Result<Instance> instance_from(const store::Row& r) {
   Instance i;
   i.id = r.text(0);
   i.owner = r.text(1);
@@ -74,6 +75,12 @@ Instance instance_from(const store::Row& r) {
   i.image_name = r.opt_text(30).value_or("");
   i.generation = r.int64(31);
   i.system_disk_used_bytes = r.opt_int64(32);
+  i.security_group_id = r.opt_text(33);
+  if (auto rules = r.opt_text(34)) {
+    auto parsed = security_groups::rules_from_text(*rules);
+    if (!parsed) return fail(parsed.error());
+    i.security_rules = std::move(*parsed);
+  }
   return i;
 }
 
@@ -105,7 +112,9 @@ Result<std::vector<Instance>> load_many(store::Database& db, const std::string& 
   if (!rows) return fail(rows.error());
   std::vector<Instance> out;
   for (const auto& r : *rows) {
-    out.push_back(instance_from(r));
+    auto i = instance_from(r);
+    if (!i) return fail(i.error());
+    out.push_back(std::move(*i));
     if (auto s = attach_details(db, out.back()); !s) return fail(s.error());
   }
   return out;
@@ -116,14 +125,14 @@ Status insert_instance(store::Database& db, const Instance& i) {
   return db.run(
       "INSERT INTO instances (id, owner, name, state, state_reason, zone, host_id, gpu_model, gpu_count, cpu, memory_gib, "
       "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at, "
-      "generation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "generation, security_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i.id, i.owner, i.name, std::string(to_string(i.state)), i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
        i.no_gpu, i.system_disk_gib, i.image_id, keys_text(i.ssh_keys), i.password_hash, i.billing_mode, i.auto_renew,
-       i.price_per_hour, to_unix_micros(i.created_at), i.generation});
+       i.price_per_hour, to_unix_micros(i.created_at), i.generation, i.security_group_id});
 }
 
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id) {
-  auto many = load_many(db, std::string(kColumns) + "WHERE i.id = ?", {id});
+  auto many = load_many(db, std::string(kInstanceColumns) + "WHERE i.id = ?", {id});
   if (!many) return fail(many.error());
   if (many->empty()) return std::optional<Instance>{};
   return std::optional<Instance>{std::move(many->front())};
@@ -132,7 +141,7 @@ Result<std::optional<Instance>> load_instance(store::Database& db, const std::st
 Result<Instance> find_owned_instance(store::Database& db, const std::string& owner, const std::string& id_or_name) {
   // A live instance by id or name first; then a released one, so that a client polling a
   // release sees `released` (its name may since have been taken by a live instance).
-  auto many = load_many(db, std::string(kColumns) + "WHERE i.owner = ? AND (i.id = ? OR i.name = ?) "
+  auto many = load_many(db, std::string(kInstanceColumns) + "WHERE i.owner = ? AND (i.id = ? OR i.name = ?) "
                         "ORDER BY i.state = 'released', i.created_at DESC LIMIT 1",
                         {owner, id_or_name, id_or_name});
   if (!many) return fail(many.error());
@@ -144,7 +153,7 @@ Result<std::vector<Instance>> list_instances(store::Database& db, const std::opt
                                              const std::optional<InstanceState>& state_filter, bool with_released) {
   std::optional<std::string> state;
   if (state_filter) state = std::string(to_string(*state_filter));
-  std::string sql = std::string(kColumns) + "WHERE (? IS NULL OR i.owner = ?) AND ";
+  std::string sql = std::string(kInstanceColumns) + "WHERE (? IS NULL OR i.owner = ?) AND ";
   if (state) sql += "i.state = ? ";
   else if (with_released) sql += "(? IS NULL) ";
   else sql += "(? IS NULL AND i.state != 'released') ";
@@ -153,7 +162,7 @@ Result<std::vector<Instance>> list_instances(store::Database& db, const std::opt
 }
 
 Result<std::vector<Instance>> live_instances(store::Database& db) {
-  return load_many(db, std::string(kColumns) + "WHERE i.state != 'released' ORDER BY i.created_at", {});
+  return load_many(db, std::string(kInstanceColumns) + "WHERE i.state != 'released' ORDER BY i.created_at", {});
 }
 
 Result<std::optional<InstanceState>> instance_state_of(store::Database& db, const std::string& id) {
@@ -179,11 +188,11 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
           "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
           "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, "
           "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
-          "generation = ? WHERE id = ? AND state = ? AND generation = ?",
+          "generation = ?, security_group = ? WHERE id = ? AND state = ? AND generation = ?",
           {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
            i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
-           i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation, id,
-           std::string(to_string(state)), generation});
+           i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation,
+           i.security_group_id, id, std::string(to_string(state)), generation});
       !s)
     return s;
   return expect_one_row(db, id);
@@ -220,7 +229,7 @@ Result<bool> live_name_taken(store::Database& db, const std::string& owner, cons
 }
 
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,
-                                                const std::string& host_id, const std::vector<int>& container_ports) {
+                                                const std::string& host_id, const std::vector<PortSpec>& ports) {
   auto range = db.one("SELECT port_min, port_max FROM hosts WHERE id = ?", {host_id});
   if (!range || !*range) return fail(ErrorCode::internal, "host " + host_id + " has no port range");
   auto used_rows = db.all("SELECT host_port FROM instance_ports WHERE host_id = ?", {host_id});
@@ -230,15 +239,15 @@ Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::
   std::vector<PortBinding> out;
   int next = static_cast<int>((*range)->int64(0));
   int last = static_cast<int>((*range)->int64(1));
-  for (int cp : container_ports) {
+  for (const auto& p : ports) {
     while (next <= last && used.count(next)) ++next;
-    if (next > last) return fail(ErrorCode::no_capacity, "no free host port left on the host for port " + std::to_string(cp));
+    if (next > last) return fail(ErrorCode::no_capacity, "no free host port left on the host for port " + std::to_string(p.port));
     if (auto s = db.run("INSERT INTO instance_ports (instance_id, container_port, protocol, host_id, host_port) "
-                        "VALUES (?, ?, 'tcp', ?, ?)",
-                        {instance_id, cp, host_id, next});
+                        "VALUES (?, ?, ?, ?, ?)",
+                        {instance_id, p.port, p.protocol, host_id, next});
         !s)
       return fail(s.error());
-    out.push_back(PortBinding{cp, "tcp", next});
+    out.push_back(PortBinding{p.port, p.protocol, next});
     used.insert(next);
   }
   return out;
@@ -248,8 +257,21 @@ Status free_ports(store::Database& db, const std::string& instance_id) {
   return db.run("DELETE FROM instance_ports WHERE instance_id = ?", {instance_id});
 }
 
-Status free_port(store::Database& db, const std::string& instance_id, int container_port) {
-  return db.run("DELETE FROM instance_ports WHERE instance_id = ? AND container_port = ?", {instance_id, container_port});
+Status free_port(store::Database& db, const std::string& instance_id, const PortSpec& port) {
+  return db.run("DELETE FROM instance_ports WHERE instance_id = ? AND container_port = ? AND protocol = ?",
+                {instance_id, port.port, port.protocol});
+}
+
+std::vector<std::string> port_sources(const Instance& i, const PortBinding& p) {
+  auto protocol = security_groups::parse_protocol(p.protocol).value_or(security_groups::Protocol::tcp);
+  return security_groups::sources_for(i.security_rules, protocol, p.container_port);
+}
+
+std::vector<std::string> port_sources_v4(const Instance& i, const PortBinding& p) {
+  std::vector<std::string> out;
+  for (auto& s : port_sources(i, p))
+    if (!security_groups::is_ipv6_cidr(s)) out.push_back(std::move(s));
+  return out;
 }
 
 json::object instance_json(const Instance& i, const ViewContext& view, std::int64_t run_seconds_now) {
@@ -261,11 +283,15 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   json::array ports;
   json::value ssh = nullptr;
   for (const auto& p : i.ports) {
+    json::array sources;
+    for (const auto& s : port_sources(i, p)) sources.push_back(json::value(s));
+    const bool allowed = !sources.empty();
     ports.push_back(json::object{{"port", p.container_port},
                                  {"protocol", p.protocol},
                                  {"host", view.public_host},
                                  {"host_port", p.host_port},
-                                 {"allowed", true}});
+                                 {"allowed", allowed},
+                                 {"sources", std::move(sources)}});
     if (p.container_port == 22 && p.protocol == "tcp")
       ssh = json::object{{"host", view.public_host},
                          {"port", p.host_port},
@@ -298,7 +324,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   json::array disks;
   for (const auto& d : i.data_disks) disks.push_back(json::object{{"id", d.id}, {"mount_path", d.mount_path}});
   o["data_disks"] = std::move(disks);
-  o["security_group"] = nullptr;
+  o["security_group"] = opt(i.security_group_id);
   o["ssh"] = std::move(ssh);
   o["ssh_keys"] = std::move(keys);
   o["password_login"] = i.password_hash.has_value();

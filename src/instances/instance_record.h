@@ -9,9 +9,17 @@
 
 #include "core/time_format.h"
 #include "instances/instance_state.h"
+#include "security_groups/rules.h"
 #include "store/database.h"
 
 namespace gpucloud::instances {
+
+// A port the instance serves, as declared (spec "Ports"): tcp or udp.
+struct PortSpec {
+  int port = 0;
+  std::string protocol = "tcp";
+  bool operator==(const PortSpec&) const = default;
+};
 
 struct PortBinding {
   int container_port = 0;
@@ -55,7 +63,15 @@ struct Instance {
   // What the system disk holds (the engine's count of written bytes), as reconcile last saw
   // it; nullopt when unknown. Written only by record_system_disk_use (system_disk.h).
   std::optional<std::int64_t> system_disk_used_bytes;
+  // The security group deciding who reaches its ports; its rules are read only (loaded with it).
+  std::optional<std::string> security_group_id;
+  std::vector<security_groups::Rule> security_rules;
 };
+
+// Who may reach one of the instance's ports: the CIDRs its group's rules allow, and only the
+// IPv4 ones (the agent publishes ports on IPv4) for the agent's firewall.
+std::vector<std::string> port_sources(const Instance& instance, const PortBinding& port);
+std::vector<std::string> port_sources_v4(const Instance& instance, const PortBinding& port);
 
 Status insert_instance(store::Database& db, const Instance& instance);
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id);
@@ -89,10 +105,10 @@ Result<bool> live_name_taken(store::Database& db, const std::string& owner, cons
 
 // Host ports: the lowest free ones of the host's range, unique per host in the schema.
 Result<std::vector<PortBinding>> allocate_ports(store::Database& db, const std::string& instance_id,
-                                                const std::string& host_id, const std::vector<int>& container_ports);
+                                                const std::string& host_id, const std::vector<PortSpec>& ports);
 Status free_ports(store::Database& db, const std::string& instance_id);
 // Frees one declared port's host port.
-Status free_port(store::Database& db, const std::string& instance_id, int container_port);
+Status free_port(store::Database& db, const std::string& instance_id, const PortSpec& port);
 
 struct ViewContext {
   std::string public_host;

@@ -95,11 +95,15 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
   if (!inputs) co_return tl::unexpected(inputs.error());
   json::array gpus, ports;
   for (const auto& u : i.gpu_uuids) gpus.push_back(json::value(u));
-  for (const auto& p : i.ports)
+  for (const auto& p : i.ports) {
+    // The sources its security group lets in; none: only the host itself reaches the port.
+    json::array allowed;
+    for (const auto& s : port_sources_v4(i, p)) allowed.push_back(json::value(s));
     ports.push_back(json::object{{"container_port", p.container_port},
                                  {"host_port", p.host_port},
                                  {"protocol", p.protocol},
-                                 {"allowed", json::array{"0.0.0.0/0"}}});  // until security groups exist
+                                 {"allowed", std::move(allowed)}});
+  }
   const std::string state_text(to_string(state));
   json::object desired{{"instance_id", i.id},
                        {"generation", i.generation},

@@ -38,6 +38,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_market_routes(*this);
   register_instance_routes(*this);
   register_ssh_key_routes(*this);
+  register_security_group_routes(*this);
   register_image_routes(*this);
   register_disk_routes(*this);
   register_snapshot_routes(*this);

@@ -18,6 +18,7 @@
 #include "auth/login_throttle.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "instances/actor.h"
 #include "disks/disk_service.h"
 #include "instances/image_service.h"
 #include "instances/lifecycle.h"
@@ -45,6 +46,8 @@ struct RequestContext {
   std::shared_ptr<IdempotencyHold> idempotency_hold;
 
   const auth::Principal& caller() const { return *principal; }
+  // The caller as the domain modules take it: a user on their own resources, or the operator.
+  instances::Actor actor() const { return instances::Actor{caller().user.id, caller().user.is_admin()}; }
   const std::string& param(const std::string& name) const { return request.params.at(name); }
 };
 
@@ -198,6 +201,7 @@ void register_admin_clock_routes(App& app);
 void register_market_routes(App& app);
 void register_instance_routes(App& app);
 void register_ssh_key_routes(App& app);
+void register_security_group_routes(App& app);
 void register_image_routes(App& app);
 void register_disk_routes(App& app);
 void register_snapshot_routes(App& app);

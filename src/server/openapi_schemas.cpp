@@ -102,7 +102,8 @@ json::object instance_schemas(json::object& s) {
                               {"protocol", one_of({"tcp", "udp"})},
                               {"host", str()},
                               {"host_port", integer()},
-                              {"allowed", boolean()}});
+                              {"allowed", boolean("Some rule of its security group lets a source reach it")},
+                              {"sources", array_of(str(), "The CIDRs its security group lets reach it")}});
   s["InstanceBilling"] = answer({{"mode", one_of({"hourly", "weekly", "monthly"})},
                                  {"auto_renew", boolean()},
                                  {"expires_at", nullable(time())},
@@ -134,7 +135,7 @@ json::object instance_schemas(json::object& s) {
        {"image_name", str("The image's name")},
        {"no_gpu", boolean("Running (or to start) at the no-GPU size")},
        {"data_disks", array_of(ref("DataDiskAttachment"))},
-       {"security_group", nullable(str())},
+       {"security_group", nullable(str("sg-...: the group deciding who reaches its ports"))},
        {"ssh", nullable_ref("InstanceSsh", "null when port 22 is not published")},
        {"ssh_keys", array_of(str(), "Ids of the authorized SSH keys")},
        {"password_login", boolean("A root password was set")},
@@ -151,13 +152,23 @@ json::object instance_schemas(json::object& s) {
        {"currency", str()}});
 }
 
+// Declared ports: 8888 (tcp), "53/udp", or {port, protocol}.
+json::object ports_schema(std::string_view description) {
+  json::object number = with(with(integer("A tcp port"), "minimum", 1), "maximum", 65535);
+  json::object text = with(str("PORT/tcp or PORT/udp"), "pattern", "^[0-9]{1,5}/(tcp|udp)$");
+  json::object spec = object({{"port", with(with(integer(), "minimum", 1), "maximum", 65535)},
+                              {"protocol", with(one_of({"tcp", "udp"}), "default", "tcp")}},
+                             {"port"});
+  json::object ports = array_of(json::object{{"oneOf", json::array{number, text, spec}}}, description);
+  ports["maxItems"] = 10;
+  return ports;
+}
+
 json::object instance_create_schema() {
   json::object new_disk = object({{"size_gib", integer()}, {"mount_path", str()}, {"delete_on_release", boolean()}},
                                  {"size_gib", "mount_path"});
   json::object existing_disk = object({{"id", str("d-... or the disk's name")}, {"mount_path", str()}}, {"id", "mount_path"});
-  json::object ports = array_of(with(with(integer(), "minimum", 1), "maximum", 65535), "Default [22]");
-  ports["maxItems"] = 10;
-  ports["uniqueItems"] = true;
+  json::object ports = ports_schema("Default [22]");
   return object(
       {{"name", with(str(), "pattern", kNamePattern)},
        {"zone", str("Default: the first zone")},
@@ -168,8 +179,8 @@ json::object instance_create_schema() {
        {"image", str("Image id or name; default the base image")},
        {"system_disk_gib", with(with(with(integer(), "minimum", 10), "maximum", 4096), "default", 30)},
        {"data_disks", array_of(json::object{{"oneOf", json::array{std::move(new_disk), std::move(existing_disk)}}},
-                               "Refused (invalid_argument) while non-empty: data disks are not available yet")},
-       {"security_group", str("Only \"default\" is accepted on this installation")},
+                               "New disks (size_gib) made with it, or available disks (id) attached to it")},
+       {"security_group", str("Your security group's id or name; default: your `default` group")},
        {"ports", std::move(ports)},
        {"ssh_keys", array_of(str(), "SSH key ids or names")},
        {"password", with(with(str("Root password"), "minLength", 8), "maxLength", 256)},
@@ -182,8 +193,8 @@ json::object instance_create_schema() {
 json::object instance_update_schema() {
   json::object s = object(
       {{"name", with(str(), "pattern", kNamePattern)},
-       {"ports", with(array_of(with(with(integer(), "minimum", 1), "maximum", 65535)), "maxItems", 10)},
-       {"security_group", str("Only \"default\" is accepted on this installation")},
+       {"ports", ports_schema("Replaces the declared ports; kept ones keep their host port")},
+       {"security_group", str("Your security group's id or name; applies to a running instance within 2 s")},
        {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: not available yet")},
        {"billing", with(object({{"auto_renew", boolean()}}), "additionalProperties", false)},
        {"stop_at", time("Refused (invalid_argument) when set: scheduled stops are not available yet")},
@@ -287,6 +298,21 @@ json::object component_schemas() {
                         {"public_key", str("OpenSSH format")},
                         {"fingerprint", str()},
                         {"created_at", time()}});
+  s["SecurityGroupRule"] = object({{"protocol", one_of({"tcp", "udp"})},
+                                   {"port_min", with(with(integer(), "minimum", 1), "maximum", 65535)},
+                                   {"port_max", with(with(integer("Default: port_min"), "minimum", 1), "maximum", 65535)},
+                                   {"source", str("A CIDR, IPv4 or IPv6; normalised (host bits cleared, a bare address is /32 or /128)")},
+                                   {"description", with(str(), "maxLength", 255)}},
+                                  {"protocol", "port_min", "source"});
+  s["SecurityGroup"] = answer({{"id", str("sg-...")},
+                               {"name", str()},
+                               {"owner", str("The owner's user id")},
+                               {"description", str()},
+                               {"rules", array_of(ref("SecurityGroupRule"))},
+                               {"instances", array_of(str(), "Live instances that use it")},
+                               {"is_default", boolean("The user's `default` group (tcp/22 from anywhere at first)")},
+                               {"created_at", time()},
+                               {"updated_at", time()}});
   s["Event"] = answer({{"id", str()},
                        {"seq", integer("Increases; resume after it")},
                        {"time", time()},
@@ -370,7 +396,8 @@ json::object component_schemas() {
   s["PriceTable"] = std::move(prices);
   s["Clock"] = answer({{"now", time("The platform time after the advance")}});
   for (std::string_view item :
-       {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk", "Snapshot"})
+       {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk", "Snapshot",
+        "SecurityGroup"})
     s[std::string(item) + "List"] = list_of(item);
 
   // Request bodies.
@@ -390,6 +417,18 @@ json::object component_schemas() {
                           {"name"});
   s["InstanceCreate"] = instance_create_schema();
   s["InstanceUpdate"] = instance_update_schema();
+  json::object rules = with(array_of(ref("SecurityGroupRule")), "maxItems", 100);
+  s["SecurityGroupCreate"] =
+      object({{"name", with(str(), "pattern", kNamePattern)},
+              {"description", with(str(), "maxLength", 255)},
+              {"rules", rules},
+              {"acknowledge_risk", with(boolean("Needed for a rule that opens every port to 0.0.0.0/0 or ::/0"), "default", false)}},
+             {"name", "rules"});
+  s["SecurityGroupUpdate"] =
+      object({{"description", with(str(), "maxLength", 255)},
+              {"rules", std::move(rules)},
+              {"acknowledge_risk", with(boolean("Needed for a rule that opens every port to 0.0.0.0/0 or ::/0"), "default", false)}},
+             {"rules"});
   s["InstanceStart"] = object({{"no_gpu", with(boolean("Start at the no-GPU size, to reach its data"), "default", false)}});
   s["AdminUserCreate"] = object({{"username", with(str(), "pattern", kUsernamePattern)},
                                  {"password", with(str(), "minLength", 8)},
@@ -506,6 +545,17 @@ const std::vector<OperationSpec>& operation_specs() {
        .response = "SshKey", .errors = {404}},
       {.method = "DELETE", .pattern = "/api/v1/ssh-keys/{id}", .operation_id = "deleteSshKey", .status = 204,
        .response = "", .errors = {404}},
+      // security groups
+      {.method = "POST", .pattern = "/api/v1/security-groups", .operation_id = "createSecurityGroup", .status = 201,
+       .response = "SecurityGroup", .request = "SecurityGroupCreate", .idempotent = true, .errors = {400, 409}},
+      {.method = "GET", .pattern = "/api/v1/security-groups", .operation_id = "listSecurityGroups", .status = 200,
+       .response = "SecurityGroupList", .errors = {400}, .query = page},
+      {.method = "GET", .pattern = "/api/v1/security-groups/{id}", .operation_id = "getSecurityGroup", .status = 200,
+       .response = "SecurityGroup", .errors = {404}},
+      {.method = "PUT", .pattern = "/api/v1/security-groups/{id}", .operation_id = "replaceSecurityGroupRules",
+       .status = 200, .response = "SecurityGroup", .request = "SecurityGroupUpdate", .errors = {400, 404, 409}},
+      {.method = "DELETE", .pattern = "/api/v1/security-groups/{id}", .operation_id = "deleteSecurityGroup",
+       .status = 204, .response = "", .errors = {404, 409}},
       // images
       {.method = "GET", .pattern = "/api/v1/images", .operation_id = "listImages", .status = 200, .response = "ImageList",
        .errors = {400},

@@ -319,6 +319,35 @@ ALTER TABLE hosts ADD COLUMN system_disk_enforced INTEGER;
 ALTER TABLE hosts ADD COLUMN system_disk_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE instances ADD COLUMN system_disk_used_bytes INTEGER;
 )sql"},
+    // Security groups: inbound rules over an instance's declared ports. Every user has one
+    // `default` group (tcp/22 from anywhere) whose id is derived from the user's, so it is
+    // made once however many writers make it; existing users get theirs here and existing
+    // instances use it. A deleted group keeps its row (released instances name it), hidden.
+    {10, R"sql(
+CREATE TABLE security_groups (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  rules TEXT NOT NULL DEFAULT '[]',
+  is_default INTEGER NOT NULL DEFAULT 0,
+  generation INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  deleted_at INTEGER
+);
+CREATE UNIQUE INDEX security_groups_live_name ON security_groups(owner, name) WHERE deleted_at IS NULL;
+CREATE UNIQUE INDEX security_groups_one_default ON security_groups(owner) WHERE is_default = 1;
+CREATE INDEX security_groups_by_owner ON security_groups(owner, created_at, id);
+INSERT INTO security_groups (id, owner, name, description, rules, is_default, generation, created_at, updated_at)
+  SELECT 'sg-' || substr(id, 3), id, 'default', 'SSH from anywhere',
+         '[{"protocol":"tcp","port_min":22,"port_max":22,"source":"0.0.0.0/0","description":"SSH"}]', 1, 1,
+         created_at, created_at
+  FROM users;
+ALTER TABLE instances ADD COLUMN security_group TEXT REFERENCES security_groups(id);
+UPDATE instances SET security_group = 'sg-' || substr(owner, 3);
+CREATE INDEX instances_by_security_group ON instances(security_group);
+)sql"},
 };
 
 }  // namespace

@@ -27,6 +27,12 @@ class AuthzMatrixTest : public ::testing::Test {
     auto token = daemon_.post("/api/v1/tokens", {{"name", "ci"}}, alice_);
     ASSERT_EQ(token.status, 201) << token.body;
     ids_["tokens"] = std::string(token.json().at("id").as_string());
+    auto group = daemon_.post("/api/v1/security-groups",
+                              {{"name", "office"},
+                               {"rules", json::array{json::object{{"protocol", "tcp"}, {"port_min", 22}, {"source", "10.0.0.0/8"}}}}},
+                              alice_);
+    ASSERT_EQ(group.status, 201) << group.body;
+    ids_["security-groups"] = std::string(group.json().at("id").as_string());
     // The record exists whether or not an engine runs it.
     auto inst = daemon_.post("/api/v1/instances", {{"name", "secret"}, {"gpu_count", 0}}, alice_);
     ASSERT_EQ(inst.status, 202) << inst.body;

@@ -118,9 +118,12 @@ TEST_F(InstanceApiTest, CreateRefusesWhatThisInstallationCannotHonour) {
     o[field] = std::move(v);
     return o;
   };
+  // A group the caller does not have is not found, like another user's (security_group_api_test).
   auto sg = daemon_.post("/api/v1/instances", body("security_group", "sg-nope"), user_);
-  EXPECT_EQ(sg.status, 400) << sg.body;
+  EXPECT_EQ(sg.status, 404) << sg.body;
   EXPECT_NE(sg.json().at("detail").as_string().find("security_group"), std::string::npos);
+  auto empty_sg = daemon_.post("/api/v1/instances", body("security_group", ""), user_);
+  EXPECT_EQ(empty_sg.status, 400) << empty_sg.body;
   auto autostop = daemon_.post("/api/v1/instances", body("autostop", json::object{{"idle_minutes", "soon"}}), user_);
   EXPECT_EQ(autostop.status, 400) << autostop.body;
   EXPECT_NE(autostop.json().at("detail").as_string().find("autostop.idle_minutes"), std::string::npos);
@@ -135,7 +138,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
   };
   for (const json::value& bad : {json::value(json::object{{"bogus", 1}}),
                                  json::value(json::object{{"name", "renamed"}, {"autostop", "bogus"}}),
-                                 json::value(json::object{{"name", "renamed"}, {"security_group", "nonexistent"}}),
+                                 json::value(json::object{{"name", "renamed"}, {"security_group", 7}}),
                                  json::value(json::object{{"name", "renamed"}, {"stop_at", "garbage"}}),
                                  json::value(json::object{{"name", "renamed"}, {"billing", json::object{{"auto_renew", "x"}}}}),
                                  json::value(json::object{{"name", "renamed"}, {"ports", json::array{22, 22}}})}) {
@@ -143,6 +146,8 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_PatchRefusalsChangeNothing) {
     EXPECT_EQ(r.status, 400) << json::serialize(bad) << " -> " << r.body;
     EXPECT_EQ(r.code(), "invalid_argument");
   }
+  auto unknown_group = patch(json::object{{"name", "renamed"}, {"security_group", "nonexistent"}});
+  EXPECT_EQ(unknown_group.status, 404) << unknown_group.body;
   auto still = daemon_.get("/api/v1/instances/p1", user_);
   ASSERT_EQ(still.status, 200);
   EXPECT_EQ(still.json().at("name").as_string(), "p1");

@@ -28,20 +28,65 @@ constexpr std::size_t kMaxPorts = 10;
 
 using CreateSpec = instances::CreateRequest;
 
-Result<std::vector<int>> parse_ports(const json::object& body) {
+// One declared port: 8888 (tcp), "8888/tcp", "53/udp", or {"port": 53, "protocol": "udp"}.
+Result<instances::PortSpec> parse_port(const json::value& v) {
+  const auto bad = [] {
+    return fail(ErrorCode::invalid_argument,
+                "ports: each port is a number from 1 to 65535 (tcp), \"PORT/udp\", or {\"port\", \"protocol\"}");
+  };
+  instances::PortSpec spec;
+  std::int64_t port = -1;
+  if (v.is_int64() || v.is_uint64()) {
+    port = v.is_int64() ? v.as_int64() : static_cast<std::int64_t>(v.as_uint64());
+  } else if (v.is_string()) {
+    const std::string text(v.as_string());
+    const auto slash = text.find('/');
+    const std::string number = text.substr(0, slash);
+    if (number.empty() || number.size() > 5 || number.find_first_not_of("0123456789") != std::string::npos) return bad();
+    port = std::stoll(number);
+    if (slash != std::string::npos) spec.protocol = text.substr(slash + 1);
+  } else if (v.is_object()) {
+    const auto& o = v.as_object();
+    if (auto s = api::only_fields(o, {"port", "protocol"}, "ports[]."); !s) return tl::unexpected(s.error());
+    auto p = api::required_int(o, "port");
+    if (!p) return fail(ErrorCode::invalid_argument, "ports[]." + p.error().detail);
+    port = *p;
+    auto protocol = api::optional_string(o, "protocol");
+    if (!protocol) return fail(ErrorCode::invalid_argument, "ports[]." + protocol.error().detail);
+    spec.protocol = protocol->value_or("tcp");
+  } else {
+    return bad();
+  }
+  if (port < 1 || port > 65535) return bad();
+  if (spec.protocol != "tcp" && spec.protocol != "udp")
+    return fail(ErrorCode::invalid_argument, "ports: protocol must be tcp or udp, not \"" + spec.protocol + "\"");
+  spec.port = static_cast<int>(port);
+  return spec;
+}
+
+Result<std::vector<instances::PortSpec>> parse_ports(const json::object& body) {
   auto it = body.find("ports");
-  if (it == body.end() || it->value().is_null()) return std::vector<int>{22};
-  if (!it->value().is_array()) return fail(ErrorCode::invalid_argument, "ports: must be a list of port numbers");
-  std::vector<int> ports;
+  if (it == body.end() || it->value().is_null()) return std::vector<instances::PortSpec>{{22, "tcp"}};
+  if (!it->value().is_array()) return fail(ErrorCode::invalid_argument, "ports: must be a list of ports");
+  std::vector<instances::PortSpec> ports;
   for (const auto& v : it->value().as_array()) {
-    std::int64_t p = v.is_int64() ? v.as_int64() : (v.is_uint64() ? static_cast<std::int64_t>(v.as_uint64()) : -1);
-    if (p < 1 || p > 65535) return fail(ErrorCode::invalid_argument, "ports: each port must be an integer from 1 to 65535");
-    if (std::find(ports.begin(), ports.end(), p) != ports.end())
-      return fail(ErrorCode::invalid_argument, "ports: port " + std::to_string(p) + " is listed twice");
-    ports.push_back(static_cast<int>(p));
+    auto p = parse_port(v);
+    if (!p) return tl::unexpected(p.error());
+    if (std::find(ports.begin(), ports.end(), *p) != ports.end())
+      return fail(ErrorCode::invalid_argument, "ports: " + std::to_string(p->port) + "/" + p->protocol + " is listed twice");
+    ports.push_back(*p);
   }
   if (ports.size() > kMaxPorts) return fail(ErrorCode::invalid_argument, "ports: at most 10 ports");
   return ports;
+}
+
+// "security_group": an id or a name of the caller's own groups (checked in the store).
+Result<std::optional<std::string>> parse_security_group(const json::object& body) {
+  auto sg = api::optional_string(body, "security_group");
+  if (!sg) return tl::unexpected(sg.error());
+  if (*sg && ((*sg)->empty() || (*sg)->size() > 64))
+    return fail(ErrorCode::invalid_argument, "security_group: a security group id or name");
+  return *sg;
 }
 
 constexpr std::size_t kMaxDataDisks = 8;
@@ -85,11 +130,6 @@ Result<std::vector<disks::InstanceDataDisk>> parse_data_disks(const json::value&
 // autostop, scheduled stop and release): checked for shape, then refused with a reason rather
 // than accepted and silently ignored.
 Status check_not_yet_available(const json::object& body) {
-  auto sg = api::optional_string(body, "security_group");
-  if (!sg) return tl::unexpected(sg.error());
-  if (*sg && **sg != "default")
-    return fail(ErrorCode::invalid_argument, "security_group: no security group \"" + **sg +
-                                                 "\" (this installation has only \"default\", and opens every declared port)");
   if (auto it = body.find("autostop"); it != body.end() && !it->value().is_null()) {
     if (!it->value().is_object())
       return fail(ErrorCode::invalid_argument, "autostop: must be an object {idle_minutes, gpu_util_below_percent}");
@@ -163,6 +203,9 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
   auto ports = parse_ports(body);
   if (!ports) return tl::unexpected(ports.error());
   s.ports = *ports;
+  auto group = parse_security_group(body);
+  if (!group) return tl::unexpected(group.error());
+  s.security_group = *group;
   if (auto keys = body.find("ssh_keys"); keys != body.end() && !keys->value().is_null()) {
     if (!keys->value().is_array()) return fail(ErrorCode::invalid_argument, "ssh_keys: must be a list of key ids or names");
     for (const auto& k : keys->value().as_array()) {
@@ -201,8 +244,6 @@ Response instance_response(App& app, int status, const Instance& i) {
   return json_response(status, instances::instance_json(i, svc.view(), svc.run_seconds_now(i)));
 }
 
-instances::Actor actor_of(const auth::Principal& caller) { return instances::Actor{caller.user.id, caller.user.is_admin()}; }
-
 asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
   App& app = ctx.app;
   auto body = api::parse_object(ctx.request.body);
@@ -217,7 +258,7 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
     spec.password_hash = *hash;
   }
   std::string id = new_id("i");
-  auto effect = [&app, spec, id, actor = actor_of(ctx.caller()), now = app.clock().now()](store::Database& db) -> Result<Response> {
+  auto effect = [&app, spec, id, actor = ctx.actor(), now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto created = instances::create_instance(db, app.config(), actor, id, spec, now);
     if (!created) return tl::unexpected(created.error());
     return instance_response(app, 202, *created);
@@ -267,7 +308,7 @@ asio::awaitable<Result<Response>> list(RequestContext& ctx) { co_return co_await
 asio::awaitable<Result<Response>> list_all(RequestContext& ctx) { co_return co_await list_for(ctx, true); }
 
 asio::awaitable<Result<Response>> get(RequestContext& ctx) {
-  auto read = [actor = actor_of(ctx.caller()), id = ctx.param("id")](store::Database& db) { return instances::find_for(db, actor, id); };
+  auto read = [actor = ctx.actor(), id = ctx.param("id")](store::Database& db) { return instances::find_for(db, actor, id); };
   auto i = co_await ctx.app.store().read(std::move(read));
   if (!i) co_return tl::unexpected(i.error());
   co_return instance_response(ctx.app, 200, *i);
@@ -277,7 +318,7 @@ asio::awaitable<Result<Response>> get(RequestContext& ctx) {
 template <class Action>
 asio::awaitable<Result<Response>> act(RequestContext& ctx, Action action) {
   App& app = ctx.app;
-  auto effect = [&app, actor = actor_of(ctx.caller()), id = ctx.param("id"), action,
+  auto effect = [&app, actor = ctx.actor(), id = ctx.param("id"), action,
                  now = app.clock().now()](store::Database& db) -> Result<Instance> { return action(db, actor, id, now); };
   auto moved = co_await app.store().write(std::move(effect));
   if (!moved) co_return tl::unexpected(moved.error());
@@ -323,15 +364,17 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   if (!name) co_return tl::unexpected(name.error());
   if (*name && !is_valid_resource_name(**name))
     co_return fail(ErrorCode::invalid_argument, "name: must match [a-z][a-z0-9-]{0,62} and not look like an id");
-  std::optional<std::vector<int>> ports;
+  std::optional<std::vector<instances::PortSpec>> ports;
   if (body->contains("ports")) {
     auto p = parse_ports(*body);
     if (!p) co_return tl::unexpected(p.error());
     ports = *p;
   }
+  auto group = parse_security_group(*body);
+  if (!group) co_return tl::unexpected(group.error());
   App& app = ctx.app;
-  instances::PatchRequest change{*name, ports, auto_renew};
-  auto effect = [actor = actor_of(ctx.caller()), id = ctx.param("id"), change,
+  instances::PatchRequest change{*name, ports, auto_renew, *group};
+  auto effect = [actor = ctx.actor(), id = ctx.param("id"), change,
                  now = app.clock().now()](store::Database& db) { return instances::patch_instance(db, actor, id, change, now); };
   auto patched = co_await app.store().write(std::move(effect));
   if (!patched) co_return tl::unexpected(patched.error());
