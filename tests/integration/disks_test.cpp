@@ -142,12 +142,21 @@ TEST_F(DisksTest, DOCKER_ROOT_DataOnADiskOutlivesItsInstanceAndMovesToTheNext) {
   EXPECT_EQ(again, sum);
 }
 
-TEST_F(DisksTest, DOCKER_ROOT_AFullDiskSaysEnospcAndAGrowShowsInsideTheInstance) {
+TEST_F(DisksTest, DOCKER_ROOT_SLOW_AFullDiskSaysEnospcAndAGrowShowsInsideTheInstance) {
   auto box = create_instance("box", json::array{json::object{{"size_gib", 1}}});
   ASSERT_EQ(box.at("state").as_string(), "running") << json::serialize(box);
   std::string id = first_disk_of(box);
   int rc = -1;
-  std::string out = ssh_run(box, key_, "dd if=/dev/zero of=/root/data/fill bs=1M count=1100 2>&1; echo dd=$?", &rc);
+  // Writing a GiB takes longer than one ssh command may last on a loaded machine: the fill
+  // runs in the background inside the instance and the test waits for its end.
+  ssh_run(box, key_, "nohup sh -c 'dd if=/dev/zero of=/root/data/fill bs=1M count=1100 2>&1; echo dd=$?' >/root/fill.log 2>&1 &",
+          &rc);
+  ASSERT_EQ(rc, 0);
+  std::string out;
+  ASSERT_TRUE(wait_until([&] {
+    out = ssh_run(box, key_, "cat /root/fill.log", &rc);
+    return out.find("dd=") != std::string::npos;
+  }, 120s, "the fill to end"));
   EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
   EXPECT_EQ(out.find("dd=0"), std::string::npos) << out;
   ssh_run(box, key_, "rm -f /root/data/fill", &rc);
