@@ -1,8 +1,11 @@
 #pragma once
 // Each commands_*.cpp adds its subcommands to the app and their handlers to the registry.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+
+#include <boost/json/object.hpp>
 
 #include "cli/api_client.h"
 #include "cli/app.h"
@@ -17,11 +20,21 @@ void add_disk_commands(CLI::App& app, Registry& registry);     // disk ..., snap
 void add_admin_commands(CLI::App& app, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
 void add_image_commands(CLI::App& app, Registry& registry);    // save-image, image rm|restore
+void add_security_group_commands(CLI::App& app, Registry& registry);  // sg create|ls|show|set|rm
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);
 std::string render_instances(const boost::json::value& instances, bool show_owner);
 std::string render_hosts(const boost::json::value& hosts);
+std::string render_security_groups(const boost::json::value& groups);
+// A group's fields, rules table and the instances using it (`instance_names`: id → name,
+// for those it knows).
+std::string render_security_group(const boost::json::value& group,
+                                  const std::map<std::string, std::string>& instance_names);
+
+// --allow PROTO:PORT[-PORT][@CIDR] → a rule {protocol, port_min, port_max, source}; the
+// source defaults to 0.0.0.0/0. Bad syntax is a usage error naming what is wrong.
+Expected<boost::json::object> parse_allow_rule(std::string_view text);
 
 // "3600", "90m", "2h", "30d" → seconds (admin clock advance).
 Expected<std::int64_t> parse_duration_seconds(std::string_view text);

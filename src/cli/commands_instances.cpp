@@ -159,7 +159,27 @@ std::string state_with_reason(const json::value& inst) {
   return reason.empty() ? state : fmt::format("{} ({})", state, reason);
 }
 
-std::string render_instance(const json::value& inst) {
+// "allowed from 10.0.0.0/8, 192.168.0.0/16" or "not allowed by sg web": whether other hosts
+// reach a declared port, and which ones.
+std::string port_reach(const json::value& port, std::string_view group) {
+  if (!flag(port, "allowed")) {
+    return group.empty() || group == "-" ? "not allowed by its security group"
+                                         : fmt::format("not allowed by sg {}", group);
+  }
+  const auto* sources = member(port, "sources");
+  if (!sources || !sources->is_array() || sources->get_array().empty()) return "allowed";
+  std::string from;
+  for (const auto& s : sources->get_array()) {
+    if (!from.empty()) from += ", ";
+    from += s.is_string() ? std::string(s.get_string()) : json::serialize(s);
+  }
+  return "allowed from " + from;
+}
+
+// `group_name`: the name of the instance's security group when known ("" when not).
+std::string render_instance(const json::value& inst, std::string_view group_name) {
+  const std::string group_id = text(inst, "security_group");
+  const std::string group = group_name.empty() ? group_id : std::string(group_name);
   const std::string currency = currency_of(inst);
   KeyValues kv;
   kv.add("name", text(inst, "name"));
@@ -185,17 +205,15 @@ std::string render_instance(const json::value& inst) {
       kv.add("data disk", fmt::format("{} at {}", text(d, "id"), text(d, "mount_path")));
     }
   }
-  kv.add("security group", text(inst, "security_group"));
+  kv.add("security group", group_name.empty() ? group_id : fmt::format("{} ({})", group_name, group_id));
   if (const auto* ssh = member(inst, "ssh")) {
     kv.add("ssh", text(*ssh, "command"));
     kv.add("host key", text(*ssh, "host_key", "(not known yet)"));
   }
   if (const auto* ports = member(inst, "ports"); ports && ports->is_array()) {
     for (const auto& p : ports->get_array()) {
-      kv.add("port", fmt::format("{}/{} → {}:{} ({})", text(p, "port"), text(p, "protocol", "tcp"),
-                                 text(p, "host"), text(p, "host_port"),
-                                 flag(p, "allowed") ? "allowed"
-                                                    : "not allowed by the security group"));
+      kv.add("port", fmt::format("{}/{} → {}:{}  {}", text(p, "port"), text(p, "protocol", "tcp"),
+                                 text(p, "host"), text(p, "host_port"), port_reach(p, group)));
     }
   }
   if (member(inst, "jupyter_url")) kv.add("jupyter", text(inst, "jupyter_url"));
@@ -314,7 +332,14 @@ Outcome do_ls(Context& ctx, bool all) {
 Outcome do_show(Context& ctx, const std::string& name) {
   GC_TRY(api, ctx.api());
   GC_TRY(inst, ctx.check((*api)->get("/instances" + seg(name))));
-  ctx.print(*inst, [&] { ctx.out() << render_instance(*inst); });
+  ctx.print(*inst, [&] {
+    // The group's name makes "not allowed by sg web" readable; its id does when it cannot be had.
+    std::string group_name;
+    if (const auto* sg = member(*inst, "security_group"); sg && sg->is_string() && !sg->get_string().empty()) {
+      if (auto group = (*api)->get("/security-groups" + seg(sg->get_string()))) group_name = text(*group, "name", "");
+    }
+    ctx.out() << render_instance(*inst, group_name);
+  });
   return {};
 }
 

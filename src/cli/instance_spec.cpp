@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -80,7 +81,7 @@ void add_instance_flags(CLI::App& cmd, InstanceArgs& a, bool for_create) {
   cmd.add_option("--zone", a.zone, "zone (default: the platform picks)");
   cmd.add_option("--system-disk", a.system_disk, "system disk size in GiB (default 30)");
   cmd.add_option("--port", a.ports,
-                 "a port the instance serves, in addition to 22 (repeatable, at most 10 in all)")
+                 "a port the instance serves, in addition to 22: 8888 (tcp) or 53/udp (repeatable, at most 10 in all)")
       ->allow_extra_args(false);  // one value per flag: `--port 8888 NAME` leaves NAME alone
   cmd.add_option("--key", a.keys, "SSH key name or id to authorize (repeatable)")
       ->allow_extra_args(false);
@@ -135,12 +136,22 @@ Expected<json::object> build_instance_body(const InstanceArgs& a,
   }
 
   if (!a.ports.empty()) {
+    // The API's forms: a number is tcp, "53/udp" names the protocol.
     json::array ports{22};
-    std::set<std::int64_t> seen{22};
+    std::set<std::pair<std::int64_t, std::string>> seen{{22, "tcp"}};
     for (const auto& p : a.ports) {
-      auto port = parse_int(p, 1, 65535);
-      if (!port) return usage_error(fmt::format("--port {}: expected a port number 1-65535", p));
-      if (seen.insert(*port).second) ports.push_back(*port);
+      const auto slash = p.find('/');
+      const std::string protocol = slash == std::string::npos ? "tcp" : p.substr(slash + 1);
+      auto port = parse_int(std::string_view(p).substr(0, slash), 1, 65535);
+      if (!port || (protocol != "tcp" && protocol != "udp")) {
+        return usage_error(fmt::format("--port {}: expected PORT or PORT/udp, a port number 1-65535", p));
+      }
+      if (!seen.insert({*port, protocol}).second) continue;
+      if (protocol == "tcp") {
+        ports.push_back(*port);
+      } else {
+        ports.push_back(json::string(fmt::format("{}/udp", *port)));
+      }
     }
     if (ports.size() > 10) return usage_error("at most 10 ports (22 included)");
     body["ports"] = std::move(ports);

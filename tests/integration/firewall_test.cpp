@@ -48,6 +48,7 @@
 #include "agent/firewall/nftables.h"
 #include "agent/firewall/port_rules.h"
 #include "support/capabilities.h"
+#include "support/netns_client.h"
 #include "support/test_resources.h"
 
 namespace {
@@ -59,6 +60,10 @@ using gpucloud::agent::firewall::PublishedPort;
 using gpucloud::agent::firewall::render_ruleset;
 using gpucloud::agent::firewall::SourceRule;
 using Clock = std::chrono::steady_clock;
+using gpucloud::testing::http_get;
+using gpucloud::testing::is_http_ok;
+using gpucloud::testing::socket_in;
+using gpucloud::testing::udp_echo;
 
 constexpr int kBackendTcpPort = 8000;
 constexpr int kBackendUdpPort = 5353;
@@ -91,88 +96,9 @@ sockaddr_in ipv4(const std::string& ip, int port) {
   return a;
 }
 
-// A socket that lives in network namespace `ns` ("" = ours): made by a thread that entered
-// the namespace; the socket keeps it after the thread is gone.
-int socket_in(const std::string& ns, int type) {
-  if (ns.empty()) return ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
-  int fd = -1;
-  std::thread([&] {
-    const int nsfd = ::open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (nsfd < 0) return;
-    if (::setns(nsfd, CLONE_NEWNET) == 0) fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
-    ::close(nsfd);
-  }).join();
-  return fd;
-}
-
 bool wait_fd(int fd, short events, std::chrono::milliseconds timeout) {
   pollfd p{fd, events, 0};
   return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
-}
-
-// Connects from namespace `ns` to ip:port, sends an HTTP request and reads the answer to EOF.
-// nullopt when the connection is refused, times out, or no answer comes in time.
-std::optional<std::string> http_get(const std::string& ns, const std::string& ip, int port,
-                                    std::chrono::milliseconds timeout) {
-  const int fd = socket_in(ns, SOCK_STREAM);
-  if (fd < 0) return std::nullopt;
-  const auto deadline = Clock::now() + timeout;
-  auto left = [&] {
-    return std::max(0ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-  };
-  std::optional<std::string> result;
-  ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  const auto addr = ipv4(ip, port);
-  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
-  if (rc != 0 && errno == EINPROGRESS && wait_fd(fd, POLLOUT, left())) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    rc = err == 0 ? 0 : -1;
-  }
-  if (rc == 0) {
-    const std::string request = "GET / HTTP/1.0\r\nHost: firewall-test\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-        static_cast<ssize_t>(request.size())) {
-      std::string answer;
-      char buf[4096];
-      while (wait_fd(fd, POLLIN, left())) {
-        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) {
-          if (n == 0) result = answer;
-          break;
-        }
-        answer.append(buf, static_cast<std::size_t>(n));
-      }
-    }
-  }
-  ::close(fd);
-  return result;
-}
-
-// An HTTP 200 whose body names `marker`: the answer of this test's own backend, not of another
-// test's (in another process) that picked the same host port.
-bool is_http_ok(const std::optional<std::string>& answer, const std::string& marker) {
-  return answer && answer->rfind("HTTP/1.0 200", 0) == 0 && answer->find(marker) != std::string::npos;
-}
-
-// One datagram from namespace `ns` to ip:port; whether "MARKER:" + it came back.
-bool udp_echo(const std::string& ns, const std::string& ip, int port,
-              std::chrono::milliseconds timeout, const std::string& marker) {
-  const int fd = socket_in(ns, SOCK_DGRAM);
-  if (fd < 0) return false;
-  std::optional<std::string> result;
-  const auto addr = ipv4(ip, port);
-  const std::string ping = "ping-" + random_hex(8);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::send(fd, ping.data(), ping.size(), 0) == static_cast<ssize_t>(ping.size()) &&
-      wait_fd(fd, POLLIN, timeout)) {
-    char buf[256];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) result = std::string(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return result == marker + ":" + ping;
 }
 
 // --- the Docker Engine API over its unix socket (HTTP/1.0: no chunking, EOF ends the body) ---

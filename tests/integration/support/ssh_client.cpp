@@ -17,13 +17,16 @@ KeyPair make_key() {
   return k;
 }
 
-std::string ssh_run(const json::value& instance, const KeyPair& key, const std::string& command, int* rc) {
+std::string ssh_run(const json::value& instance, const KeyPair& key, const std::string& command, int* rc,
+                    const SshRoute& route) {
   const auto& ssh = instance.at("ssh").as_object();
   std::string port = std::to_string(ssh.at("port").as_int64());
   std::string known = key.dir + "/known_hosts";
-  std::ofstream(known) << "[127.0.0.1]:" << port << " " << std::string(ssh.at("host_key").as_string()) << "\n";
-  std::string cmd = "timeout 20 ssh -i " + key.private_key + " -p " + port + " -o BatchMode=yes -o UserKnownHostsFile=" +
-                    known + " -o StrictHostKeyChecking=yes -o ConnectTimeout=5 root@127.0.0.1 '" + command +
+  std::ofstream(known) << "[" << route.address << "]:" << port << " " << std::string(ssh.at("host_key").as_string())
+                       << "\n";
+  std::string cmd = (route.netns.empty() ? "" : "ip netns exec " + route.netns + " ") + "timeout 20 ssh -i " +
+                    key.private_key + " -p " + port + " -o BatchMode=yes -o UserKnownHostsFile=" + known +
+                    " -o StrictHostKeyChecking=yes -o ConnectTimeout=5 root@" + route.address + " '" + command +
                     "' 2>/dev/null; echo \"rc=$?\"";
   std::string out = shell(cmd);
   auto pos = out.rfind("rc=");

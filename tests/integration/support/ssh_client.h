@@ -14,9 +14,16 @@ struct KeyPair {
 // A fresh ed25519 key pair in its own /tmp directory (the caller removes `dir`).
 KeyPair make_key();
 
+// Where ssh connects from: this host to 127.0.0.1 by default, or from inside network
+// namespace `netns` (a client host, support/netns_client.h) to `address`.
+struct SshRoute {
+  std::string netns;
+  std::string address = "127.0.0.1";
+};
+
 // Runs `command` (single-quoted for the remote shell: no ' inside) as root on the instance,
-// through its published SSH port on 127.0.0.1; `rc` gets ssh's exit status.
+// through its published SSH port; `rc` gets ssh's exit status.
 std::string ssh_run(const boost::json::value& instance, const KeyPair& key, const std::string& command,
-                    int* rc = nullptr);
+                    int* rc = nullptr, const SshRoute& route = {});
 
 }  // namespace gpucloud::testing

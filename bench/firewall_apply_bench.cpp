@@ -1,0 +1,142 @@
+// Security-group ruleset apply time for 100, 1,000 and 10,000 instances' rule sets.
+//
+// Each simulated instance declares three ports (tcp 22, tcp 8888, udp 5353) on its own host
+// ports, and its group allows tcp/22 from 0.0.0.0/0, tcp/8888 from three CIDRs and udp/5353
+// from one: 3 published ports and 5 source rules per instance. For each size the table is
+// rendered with port_rules.h (render_ruleset) and applied with nftables.h (NftablesFirewall,
+// `nft -f -`, one atomic transaction), then applied again with one instance's 8888 rule
+// changed (what a PUT /security-groups/{id} costs the agent: the whole table is replaced),
+// then removed. Median of R repetitions.
+//
+// Where it runs: the process first moves into a network namespace of its own
+// (unshare(CLONE_NEWNET)), so the 30,000 DNAT rules of the largest set, which match real host
+// ports, never meet the host's traffic (other tests' daemons, the lead's instances) and
+// nothing outlives the process, whatever happens to it. nft, the sysctls and the table are
+// then those of the private namespace; it has no DOCKER-USER chain, so no iptables call is
+// timed. The table name is unique per process (gpucloud-bench-PID). Needs root.
+//
+// Prints one row per size and a verdict: the per-instance apply time at 10,000 is at most
+// 1.5x the one at 1,000 (linear or better). Exit 0 whatever the verdict, 2 when it cannot run.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "agent/firewall/nftables.h"
+#include "agent/firewall/port_rules.h"
+
+namespace {
+
+using gpucloud::agent::firewall::NftablesFirewall;
+using gpucloud::agent::firewall::PublishedPort;
+using gpucloud::agent::firewall::render_ruleset;
+using gpucloud::agent::firewall::SourceRule;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Instance i: address 10.(200 + i / 65536).(i / 256 % 256).(i % 256), host ports 20000 + 2i
+// and 20001 + 2i (tcp) and 20000 + i (udp): unique per protocol up to 10,000 instances.
+std::vector<PublishedPort> rule_sets(int instances, int changed = -1) {
+  std::vector<PublishedPort> ports;
+  ports.reserve(static_cast<std::size_t>(instances) * 3);
+  for (int i = 0; i < instances; ++i) {
+    const std::string id = fmt::format("i-{:016x}", i);
+    const std::string ip = fmt::format("10.{}.{}.{}", 200 + i / 65536, i / 256 % 256, i % 256);
+    ports.push_back(PublishedPort{id, 20000 + 2 * i, ip, 22, "tcp", {SourceRule{"0.0.0.0/0"}}});
+    std::vector<SourceRule> web{SourceRule{"10.0.0.0/8"}, SourceRule{"192.168.0.0/16"},
+                                SourceRule{fmt::format("203.0.113.{}/32", i % 256)}};
+    if (i == changed) web.push_back(SourceRule{"198.51.100.0/24"});
+    ports.push_back(PublishedPort{id, 20001 + 2 * i, ip, 8888, "tcp", std::move(web)});
+    ports.push_back(PublishedPort{id, 20000 + i, ip, 5353, "udp", {SourceRule{"172.16.0.0/12"}}});
+  }
+  return ports;
+}
+
+struct Row {
+  int instances = 0;
+  std::size_t script_bytes = 0;
+  double render_ms = 0, apply_ms = 0, update_ms = 0, remove_ms = 0;
+};
+
+}  // namespace
+
+int main() {
+  if (::geteuid() != 0) {
+    std::fprintf(stderr, "firewall_apply_bench: needs root (nftables in a private network namespace)\n");
+    return 2;
+  }
+  if (::unshare(CLONE_NEWNET) != 0) {
+    std::perror("firewall_apply_bench: unshare(CLONE_NEWNET)");
+    return 2;
+  }
+  const std::string table = fmt::format("gpucloud-bench-{}", ::getpid());
+  std::vector<Row> rows;
+  for (const int instances : {100, 1000, 10000}) {
+    const int repetitions = instances >= 10000 ? 3 : 5;
+    std::vector<double> render, apply, update, remove;
+    Row row;
+    row.instances = instances;
+    for (int r = 0; r < repetitions; ++r) {
+      NftablesFirewall firewall(table);
+      const auto ports = rule_sets(instances);
+      const auto changed = rule_sets(instances, instances / 2);
+      auto t = Clock::now();
+      auto script = render_ruleset(table, ports);
+      render.push_back(ms_since(t));
+      if (!script) {
+        std::fprintf(stderr, "render: %s\n", script.error().detail.c_str());
+        return 2;
+      }
+      row.script_bytes = script->size();
+      t = Clock::now();
+      if (auto s = firewall.apply(ports); !s) {
+        std::fprintf(stderr, "apply %d: %s\n", instances, s.error().detail.c_str());
+        return 2;
+      }
+      apply.push_back(ms_since(t));
+      t = Clock::now();
+      if (auto s = firewall.apply(changed); !s) {
+        std::fprintf(stderr, "update %d: %s\n", instances, s.error().detail.c_str());
+        return 2;
+      }
+      update.push_back(ms_since(t));
+      t = Clock::now();
+      if (auto s = firewall.remove_table(); !s) {
+        std::fprintf(stderr, "remove %d: %s\n", instances, s.error().detail.c_str());
+        return 2;
+      }
+      remove.push_back(ms_since(t));
+    }
+    row.render_ms = median(render);
+    row.apply_ms = median(apply);
+    row.update_ms = median(update);
+    row.remove_ms = median(remove);
+    rows.push_back(row);
+  }
+
+  std::printf("%-10s %7s %7s %10s %10s %10s %10s %10s %14s\n", "instances", "ports", "rules", "script_KiB", "render_ms",
+              "apply_ms", "update_ms", "remove_ms", "update_us/inst");
+  for (const Row& r : rows) {
+    std::printf("%-10d %7d %7d %10.0f %10.1f %10.1f %10.1f %10.1f %14.1f\n", r.instances, r.instances * 3, r.instances * 5,
+                static_cast<double>(r.script_bytes) / 1024, r.render_ms, r.apply_ms, r.update_ms, r.remove_ms,
+                1000 * r.update_ms / r.instances);
+  }
+  const double per_1k = rows[1].update_ms / rows[1].instances, per_10k = rows[2].update_ms / rows[2].instances;
+  std::printf("%s: the per-instance update time at 10,000 instances is %.2fx the one at 1,000 (target <= 1.5x)\n",
+              per_10k <= 1.5 * per_1k ? "PASS" : "FAIL", per_10k / per_1k);
+  return 0;
+}
