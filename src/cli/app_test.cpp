@@ -728,14 +728,14 @@ TEST_F(CliAppTest, ImageRmAndRestore) {
 
 // ---- security groups ------------------------------------------------------------------------
 
-const char* kGroup = R"({"id":"sg-1","name":"web","owner":"u-1","description":"",
+const char* kSgWebGroup = R"({"id":"sg-1","name":"web","owner":"u-1","description":"",
   "rules":[{"protocol":"tcp","port_min":22,"port_max":22,"source":"0.0.0.0/0","description":""},
            {"protocol":"tcp","port_min":8888,"port_max":8888,"source":"10.0.0.0/8","description":""}],
   "instances":["i-1"],"is_default":false,"created_at":"2025-01-01T00:00:00Z","updated_at":"2025-01-01T00:00:00Z"})";
 
 TEST_F(CliAppTest, SgCreateSendsTheRulesOnceWithAnIdempotencyKey) {
   env_["GPUCLOUD_TOKEN"] = "t";
-  server_.on("POST", "/api/v1/security-groups", 201, kGroup);
+  server_.on("POST", "/api/v1/security-groups", 201, kSgWebGroup);
   EXPECT_EQ(run({"sg", "create", "web", "--allow", "tcp:22", "--allow", "tcp:8888@10.0.0.0/8", "--allow",
                  "udp:60000-60010@2001:db8::/32", "--description", "notebooks"}),
             0)
@@ -748,7 +748,7 @@ TEST_F(CliAppTest, SgCreateSendsTheRulesOnceWithAnIdempotencyKey) {
       {"protocol":"udp","port_min":60000,"port_max":60010,"source":"2001:db8::/32"}]})"));
   EXPECT_EQ(out_.str(), "Security group web (sg-1) created: 2 rules.\n");
 
-  server_.on("POST", "/api/v1/security-groups", 201, kGroup);
+  server_.on("POST", "/api/v1/security-groups", 201, kSgWebGroup);
   EXPECT_EQ(run({"sg", "create", "open", "--allow", "tcp:1-65535", "--acknowledge-risk"}), 0) << err_.str();
   EXPECT_EQ(body_of(last()).at("acknowledge_risk"), true);
 }
@@ -780,7 +780,7 @@ TEST_F(CliAppTest, SgRefusalsShowTheServersDetail) {
 
 TEST_F(CliAppTest, SgSetReplacesTheRulesAndNoRulesEmptiesThem) {
   env_["GPUCLOUD_TOKEN"] = "t";
-  server_.on("PUT", "/api/v1/security-groups/web", 200, kGroup);
+  server_.on("PUT", "/api/v1/security-groups/web", 200, kSgWebGroup);
   EXPECT_EQ(run({"sg", "set", "web", "--allow", "tcp:22", "--allow", "tcp:8888@10.0.0.0/8"}), 0) << err_.str();
   EXPECT_EQ(last().method, "PUT");
   EXPECT_EQ(body_of(last()), json::parse(R"({"rules":[
@@ -789,26 +789,26 @@ TEST_F(CliAppTest, SgSetReplacesTheRulesAndNoRulesEmptiesThem) {
   EXPECT_NE(out_.str().find("Security group web (sg-1) updated: 2 rules."), std::string::npos) << out_.str();
   EXPECT_NE(out_.str().find("its 1 instance within 2 s"), std::string::npos) << out_.str();
 
-  server_.on("PUT", "/api/v1/security-groups/web", 200, kGroup);
+  server_.on("PUT", "/api/v1/security-groups/web", 200, kSgWebGroup);
   EXPECT_EQ(run({"sg", "set", "web", "--no-rules"}), 0) << err_.str();
   EXPECT_EQ(body_of(last()), json::parse(R"({"rules":[]})"));
 }
 
 TEST_F(CliAppTest, SgLsShowAndRm) {
   env_["GPUCLOUD_TOKEN"] = "t";
-  server_.on("GET", "/api/v1/security-groups", 200, std::string(R"({"items":[)") + kGroup + R"(],"next_cursor":null})");
+  server_.on("GET", "/api/v1/security-groups", 200, std::string(R"({"items":[)") + kSgWebGroup + R"(],"next_cursor":null})");
   EXPECT_EQ(run({"sg", "ls"}), 0) << err_.str();
   EXPECT_EQ(out_.str(), "NAME  ID    RULES  INSTANCES  DESCRIPTION\nweb   sg-1  2      1\n");
 
-  server_.on("GET", "/api/v1/security-groups/web", 200, kGroup);
+  server_.on("GET", "/api/v1/security-groups/web", 200, kSgWebGroup);
   server_.on("GET", "/api/v1/instances", 200, std::string(R"({"items":[)") + kRunning + R"(],"next_cursor":null})");
   EXPECT_EQ(run({"sg", "show", "web"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("tcp       8888   10.0.0.0/8"), std::string::npos) << out_.str();
   EXPECT_NE(out_.str().find("  train-1 (i-1)\n"), std::string::npos) << out_.str();
 
-  server_.on("GET", "/api/v1/security-groups/web", 200, kGroup);
+  server_.on("GET", "/api/v1/security-groups/web", 200, kSgWebGroup);
   EXPECT_EQ(run({"--json", "sg", "show", "web"}), 0) << err_.str();
-  EXPECT_EQ(json::parse(out_.str()), json::parse(kGroup));
+  EXPECT_EQ(json::parse(out_.str()), json::parse(kSgWebGroup));
 
   server_.on("DELETE", "/api/v1/security-groups/web", 204, "");
   EXPECT_EQ(run({"sg", "rm", "web"}), 0) << err_.str();
@@ -838,7 +838,7 @@ TEST_F(CliAppTest, ShowSaysWhereEachPortIsReachableFrom) {
        "sources":["10.0.0.0/8","192.168.0.0/16"]},
       {"port":53,"protocol":"udp","host":"10.0.0.1","host_port":30024,"allowed":false,"sources":[]}])");
   server_.on("GET", "/api/v1/instances/train-1", 200, json::serialize(inst));
-  server_.on("GET", "/api/v1/security-groups/sg-1", 200, kGroup);
+  server_.on("GET", "/api/v1/security-groups/sg-1", 200, kSgWebGroup);
   EXPECT_EQ(run({"show", "train-1"}), 0) << err_.str();
   const std::string s = out_.str();
   EXPECT_NE(s.find("security group: web (sg-1)"), std::string::npos) << s;

@@ -103,7 +103,7 @@ void print_group_line(Context& ctx, const json::value& g, std::string_view verb)
                            rules == 1 ? "" : "s");
 }
 
-Outcome do_create(Context& ctx, const SgArgs& a) {
+Outcome do_sg_create(Context& ctx, const SgArgs& a) {
   GC_TRY(rules, rules_of(a, "create"));
   json::object body{{"name", a.group}, {"rules", std::move(*rules)}};
   if (!a.description.empty()) body["description"] = a.description;
@@ -114,14 +114,14 @@ Outcome do_create(Context& ctx, const SgArgs& a) {
   return {};
 }
 
-Outcome do_ls(Context& ctx) {
+Outcome do_sg_ls(Context& ctx) {
   GC_TRY(api, ctx.api());
   GC_TRY(groups, ctx.check((*api)->get_all("/security-groups")));
   ctx.print(*groups, [&] { ctx.out() << render_security_groups(*groups); });
   return {};
 }
 
-Outcome do_show(Context& ctx, const SgArgs& a) {
+Outcome do_sg_show(Context& ctx, const SgArgs& a) {
   GC_TRY(api, ctx.api());
   GC_TRY(group, ctx.check((*api)->get("/security-groups" + seg(a.group))));
   ctx.print(*group, [&] {
@@ -132,7 +132,7 @@ Outcome do_show(Context& ctx, const SgArgs& a) {
   return {};
 }
 
-Outcome do_set(Context& ctx, const SgArgs& a) {
+Outcome do_sg_set(Context& ctx, const SgArgs& a) {
   GC_TRY(rules, rules_of(a, "set"));
   json::object body{{"rules", std::move(*rules)}};
   if (!a.description.empty()) body["description"] = a.description;
@@ -147,7 +147,7 @@ Outcome do_set(Context& ctx, const SgArgs& a) {
   return {};
 }
 
-Outcome do_rm(Context& ctx, const SgArgs& a) {
+Outcome do_sg_rm(Context& ctx, const SgArgs& a) {
   GC_TRY(api, ctx.api());
   GC_TRY(answer, ctx.check((*api)->del("/security-groups" + seg(a.group))));
   ctx.print(*answer, [&] { ctx.out() << fmt::format("Removed security group {}.\n", a.group); });
@@ -244,24 +244,24 @@ void add_security_group_commands(CLI::App& app, Registry& registry) {
   create->add_option("NAME", a->group, "group name")->required();
   add_rule_flags(*create, *a);
   create->add_flag("--no-rules", a->no_rules, "a group with no rule (every port closed)");
-  registry.on(create, [a](Context& ctx) { return do_create(ctx, *a); });
+  registry.on(create, [a](Context& ctx) { return do_sg_create(ctx, *a); });
 
   auto* ls = sg->add_subcommand("ls", "list your security groups");
-  registry.on(ls, [](Context& ctx) { return do_ls(ctx); });
+  registry.on(ls, [](Context& ctx) { return do_sg_ls(ctx); });
 
   auto* show = sg->add_subcommand("show", "a group's rules and the instances using it");
   show->add_option("SG", a->group, "group name or id")->required();
-  registry.on(show, [a](Context& ctx) { return do_show(ctx, *a); });
+  registry.on(show, [a](Context& ctx) { return do_sg_show(ctx, *a); });
 
   auto* set = sg->add_subcommand("set", "replace a group's rules (running instances follow within 2 s)");
   set->add_option("SG", a->group, "group name or id")->required();
   add_rule_flags(*set, *a);
   set->add_flag("--no-rules", a->no_rules, "remove every rule (close every port)");
-  registry.on(set, [a](Context& ctx) { return do_set(ctx, *a); });
+  registry.on(set, [a](Context& ctx) { return do_sg_set(ctx, *a); });
 
   auto* rm = sg->add_subcommand("rm", "delete a group no instance uses");
   rm->add_option("SG", a->group, "group name or id")->required();
-  registry.on(rm, [a](Context& ctx) { return do_rm(ctx, *a); });
+  registry.on(rm, [a](Context& ctx) { return do_sg_rm(ctx, *a); });
 }
 
 }  // namespace gpucloud::cli

@@ -9,26 +9,26 @@ namespace gpucloud::cli {
 namespace {
 namespace json = boost::json;
 
-json::object rule(std::string_view text) {
+json::object allow_rule_of(std::string_view text) {
   auto r = parse_allow_rule(text);
   EXPECT_TRUE(r) << text << ": " << (r ? "" : r.error().message);
   return r ? *r : json::object{};
 }
 
 TEST(AllowRule, PortAloneOpensItToEveryIpv4Source) {
-  EXPECT_EQ(rule("tcp:22"),
+  EXPECT_EQ(allow_rule_of("tcp:22"),
             (json::object{{"protocol", "tcp"}, {"port_min", 22}, {"port_max", 22}, {"source", "0.0.0.0/0"}}));
 }
 
 TEST(AllowRule, RangesAndSourcesOfBothFamilies) {
-  EXPECT_EQ(rule("tcp:8888@10.0.0.0/8"),
+  EXPECT_EQ(allow_rule_of("tcp:8888@10.0.0.0/8"),
             (json::object{{"protocol", "tcp"}, {"port_min", 8888}, {"port_max", 8888}, {"source", "10.0.0.0/8"}}));
-  EXPECT_EQ(rule("udp:60000-60010@2001:db8::/32"),
+  EXPECT_EQ(allow_rule_of("udp:60000-60010@2001:db8::/32"),
             (json::object{{"protocol", "udp"}, {"port_min", 60000}, {"port_max", 60010}, {"source", "2001:db8::/32"}}));
   // A bare address and host bits are the server's to normalise; the shape is fine.
-  EXPECT_EQ(rule("tcp:1-65535@203.0.113.7").at("source"), "203.0.113.7");
-  EXPECT_EQ(rule("udp:53@10.1.2.3/8").at("source"), "10.1.2.3/8");
-  EXPECT_EQ(rule("tcp:443@::/0").at("source"), "::/0");
+  EXPECT_EQ(allow_rule_of("tcp:1-65535@203.0.113.7").at("source"), "203.0.113.7");
+  EXPECT_EQ(allow_rule_of("udp:53@10.1.2.3/8").at("source"), "10.1.2.3/8");
+  EXPECT_EQ(allow_rule_of("tcp:443@::/0").at("source"), "::/0");
 }
 
 TEST(AllowRule, BadSyntaxIsAUsageErrorSayingWhat) {

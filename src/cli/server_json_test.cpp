@@ -16,6 +16,7 @@
 #include "core/time_format.h"
 #include "instances/images.h"
 #include "instances/instance_record.h"
+#include "security_groups/security_group_record.h"
 #include "server/pagination.h"
 
 namespace gpucloud::cli {
@@ -276,6 +277,47 @@ TEST_F(CliServerJsonTest, ImagesFromImageJson) {
   EXPECT_NE(line_with("my-snapshot").find("private"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("my-snapshot").find("creating"), std::string::npos) << out_.str();
   EXPECT_FALSE(printed("null")) << out_.str();
+}
+
+security_groups::SecurityGroup web_group() {
+  security_groups::SecurityGroup g;
+  g.id = "sg-0123456789ab";
+  g.owner = "u-alice";
+  g.name = "web";
+  g.description = "notebooks";
+  g.rules = {{security_groups::Protocol::tcp, 22, 22, "0.0.0.0/0", "ssh"},
+             {security_groups::Protocol::tcp, 8888, 8888, "10.0.0.0/8", ""},
+             {security_groups::Protocol::udp, 60000, 60010, "2001:db8::/32", ""}};
+  g.instances = {"i-0123456789abcdef"};
+  g.created_at = at("2025-01-01T00:00:00Z");
+  g.updated_at = at("2025-01-02T00:00:00Z");
+  return g;
+}
+
+TEST_F(CliServerJsonTest, SgLsAndShowFromGroupJson) {
+  server_.on("GET", "/security-groups", page(std::vector<security_groups::SecurityGroup>{web_group()}, security_groups::group_json));
+  ASSERT_EQ(run({"sg", "ls"}), 0) << err_.str();
+  EXPECT_TRUE(printed("web   sg-0123456789ab  3      1          notebooks")) << out_.str();
+
+  server_.on("GET", "/security-groups/web", security_groups::group_json(web_group()));
+  server_.on("GET", "/instances", page(std::vector<instances::Instance>{running_instance()}, instance_answer));
+  ASSERT_EQ(run({"sg", "show", "web"}), 0) << err_.str();
+  EXPECT_TRUE(printed("tcp       8888         10.0.0.0/8")) << out_.str();
+  EXPECT_TRUE(printed("udp       60000-60010  2001:db8::/32")) << out_.str();
+  EXPECT_TRUE(printed("  train-1 (i-0123456789abcdef)")) << out_.str();
+}
+
+TEST_F(CliServerJsonTest, ShowNamesTheGroupAndWhereEachPortIsReachableFrom) {
+  auto i = running_instance();
+  i.ports.push_back(instances::PortBinding{9999, "tcp", 30024});
+  i.security_rules = web_group().rules;
+  server_.on("GET", "/instances/train-1", instance_answer(i));
+  server_.on("GET", "/security-groups/sg-0123456789ab", security_groups::group_json(web_group()));
+  ASSERT_EQ(run({"show", "train-1"}), 0) << err_.str();
+  EXPECT_NE(line_with("security group").find("web (sg-0123456789ab)"), std::string::npos) << out_.str();
+  EXPECT_TRUE(printed("22/tcp → 203.0.113.5:30022  allowed from 0.0.0.0/0\n")) << out_.str();
+  EXPECT_TRUE(printed("8888/tcp → 203.0.113.5:30023  allowed from 10.0.0.0/8\n")) << out_.str();
+  EXPECT_TRUE(printed("9999/tcp → 203.0.113.5:30024  not allowed by sg web\n")) << out_.str();
 }
 
 }  // namespace

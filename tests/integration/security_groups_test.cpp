@@ -26,7 +26,7 @@ constexpr auto kApplyDeadline = 2s;     // spec: changes apply to running instan
 constexpr auto kBlockedTimeout = 400ms;  // a dropped SYN: how long we wait to call it blocked
 constexpr auto kReachTimeout = 2s;
 
-std::string config() {
+std::string sg_traffic_config() {
   static const std::string ports = port_range();  // one block per test process
   return R"(
 [[hosts]]
@@ -41,10 +41,10 @@ price_per_hour = 10
 )";
 }
 
-json::object rule(const std::string& protocol, int port_min, int port_max, const std::string& source) {
+json::object sg_rule(const std::string& protocol, int port_min, int port_max, const std::string& source) {
   return json::object{{"protocol", protocol}, {"port_min", port_min}, {"port_max", port_max}, {"source", source}};
 }
-json::object tcp(int port, const std::string& source) { return rule("tcp", port, port, source); }
+json::object tcp_rule(int port, const std::string& source) { return sg_rule("tcp", port, port, source); }
 
 class SecurityGroupsTest : public ::testing::Test {
  protected:
@@ -58,7 +58,7 @@ class SecurityGroupsTest : public ::testing::Test {
     outside_ = ClientHost::make(net, 1, &error);
     ASSERT_NE(outside_, nullptr) << error;
     marker_ = "gpucloud-sg-" + random_suffix();
-    daemon_ = std::make_unique<TestDaemon>(DaemonOptions{config()});
+    daemon_ = std::make_unique<TestDaemon>(DaemonOptions{sg_traffic_config()});
     daemon_->start();
     user_ = daemon_->register_and_login("alice");
     key_ = make_key();
@@ -153,7 +153,7 @@ class SecurityGroupsTest : public ::testing::Test {
 // Group "web": ssh from anywhere, 8888 from the inside client only, UDP 5353 from the inside
 // client only; 9999 is declared but no rule covers it.
 json::array web_rules(const ClientHost& inside) {
-  return json::array{tcp(22, "0.0.0.0/0"), tcp(8888, inside.cidr()), rule("udp", 5353, 5353, inside.cidr())};
+  return json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8888, inside.cidr()), sg_rule("udp", 5353, 5353, inside.cidr())};
 }
 
 TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
@@ -207,7 +207,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   ASSERT_TRUE(blocked(*inside_, port));
 
   json::array opened = web_rules(*inside_);
-  opened.push_back(tcp(9999, inside_->cidr()));
+  opened.push_back(tcp_rule(9999, inside_->cidr()));
   auto start = std::chrono::steady_clock::now();
   auto put = put_rules("web", opened);
   ASSERT_EQ(put.status, 200) << put.body;
@@ -227,9 +227,9 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
 
 TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
   json::array rules = web_rules(*inside_);
-  rules.push_back(rule("tcp", 7000, 7999, inside_->cidr()));
+  rules.push_back(sg_rule("tcp", 7000, 7999, inside_->cidr()));
   ASSERT_TRUE(create_group("web", rules).is_object());
-  ASSERT_TRUE(create_group("other", json::array{tcp(22, "0.0.0.0/0"), tcp(8888, outside_->cidr())}).is_object());
+  ASSERT_TRUE(create_group("other", json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8888, outside_->cidr())}).is_object());
   auto inst = launch("web-1", "web", json::array{22, 8888});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
@@ -257,15 +257,15 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
 }
 
 // What the fixture's clients get from an instance of web_rules: the answers that must not change.
-struct Answers {
+struct TrafficAnswers {
   bool inside_8888, outside_8888, inside_9999, inside_udp, outside_udp;
-  bool operator==(const Answers&) const = default;
+  bool operator==(const TrafficAnswers&) const = default;
 };
-constexpr Answers kExpected{true, false, false, true, false};
+constexpr TrafficAnswers kExpectedAnswers{true, false, false, true, false};
 
 class SecurityGroupsRestartTest : public SecurityGroupsTest {
  protected:
-  Answers answers(const json::value& inst) const {
+  TrafficAnswers answers(const json::value& inst) const {
     return {reaches(*inside_, host_port(inst, 8888)), !blocked(*outside_, host_port(inst, 8888)),
             !blocked(*inside_, host_port(inst, 9999)), udp_reaches(*inside_, host_port(inst, 5353, "udp")),
             udp_reaches(*outside_, host_port(inst, 5353, "udp"), kBlockedTimeout)};
@@ -297,8 +297,8 @@ class SecurityGroupsRestartTest : public SecurityGroupsTest {
   std::atomic<int> leaks_{0}, tries_{0};
 };
 
-::testing::AssertionResult same(const Answers& got) {
-  if (got == kExpected) return ::testing::AssertionSuccess();
+::testing::AssertionResult same_answers(const TrafficAnswers& got) {
+  if (got == kExpectedAnswers) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "inside→8888 " << got.inside_8888 << ", outside→8888 " << got.outside_8888
                                        << ", inside→9999 " << got.inside_9999 << ", inside→udp " << got.inside_udp
                                        << ", outside→udp " << got.outside_udp;
@@ -309,10 +309,10 @@ TEST_F(SecurityGroupsRestartTest, DOCKER_ROOT_SameAnswersAfterADaemonRestart) {
   auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
-  ASSERT_TRUE(same(answers(inst)));
+  ASSERT_TRUE(same_answers(answers(inst)));
   start_prober(inst);
   daemon_->restart();
-  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same(answers(inst))); }, 10s, "the same answers after the restart", 100ms));
+  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same_answers(answers(inst))); }, 10s, "the same answers after the restart", 100ms));
   EXPECT_EQ(daemon_->get("/api/v1/instances/web-1", user_).json().at("ports"), inst.at("ports"))
       << "the same host ports and verdicts";
   stop_prober();
@@ -328,16 +328,16 @@ TEST_F(SecurityGroupsRestartTest, DOCKER_ROOT_SERIAL_SameAnswersAfterDaemonAndDo
   auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
-  ASSERT_TRUE(same(answers(inst)));
+  ASSERT_TRUE(same_answers(answers(inst)));
   start_prober(inst);
 
   daemon_->restart();
-  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same(answers(inst))); }, 10s, "the same answers after the gpucloudd restart", 100ms));
+  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same_answers(answers(inst))); }, 10s, "the same answers after the gpucloudd restart", 100ms));
 
   shell(std::string("sh ") + GPUCLOUD_SOURCE_DIR + "/scripts/stop-dockerd.sh >/dev/null 2>&1; sh " + GPUCLOUD_SOURCE_DIR +
         "/scripts/start-dockerd.sh >/dev/null 2>&1");
   ASSERT_TRUE(wait_until([] { return docker_api("GET", "/_ping") == "OK"; }, 30s, "dockerd to answer again", 100ms));
-  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same(answers(inst))); }, 30s, "the same answers after the dockerd restart", 200ms));
+  EXPECT_TRUE(wait_until([&] { return static_cast<bool>(same_answers(answers(inst))); }, 30s, "the same answers after the dockerd restart", 200ms));
   int rc = -1;
   EXPECT_EQ(ssh_run(inst, key_, "hostname", &rc, {inside_->netns(), inside_->host_ip()}), "web-1\n");
   stop_prober();

@@ -15,7 +15,6 @@
 
 namespace gpucloud::testing {
 
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 namespace {
@@ -87,8 +86,8 @@ std::optional<std::string> http_get(const std::string& netns, const std::string&
                                     std::chrono::milliseconds timeout) {
   const int fd = socket_in(netns, SOCK_STREAM);
   if (fd < 0) return std::nullopt;
-  const auto deadline = Clock::now() + timeout;
-  auto left = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()); };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()); };
   std::optional<std::string> result;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
   const auto addr = ipv4(ip, port);
