@@ -9,9 +9,13 @@ change re-renders all of them (the agent replaces its whole table). Then M (50)
 (its /32) and closing it again, and each is timed from just before the PUT until the client,
 a network namespace behind a veth pair (its connections are forwarded like a remote host's;
 the host's own 127.0.0.1 ones never meet source rules), sees the new verdict:
-  open:  the first HTTP 200 from the target (a new connection every 5 ms, each given 100 ms);
-  close: the first connection attempt that gets no answer within 100 ms (a dropped SYN),
-         timed at the start of that attempt.
+  open:  the first completed TCP handshake from the client (a new connection every ~2 ms,
+         each given 20 ms: a SYN dropped before the rule lands is retransmitted only after 1 s,
+         so each probe must be short); then, untimed, an HTTP GET must return the target's
+         page;
+  close: the first connection attempt that gets no handshake within 20 ms and whose
+         follow-up, given 3 s, gets none either (a dropped SYN, not a slow machine), timed at
+         the start of that attempt.
 Prints p50/p95/max per direction and PASS/FAIL for p95 <= 2 s (the spec's bound) and the
 aim p95 <= 100 ms; exits 0 whatever the verdicts (2 when it cannot measure).
 
@@ -110,6 +114,18 @@ class ClientHost:
         finally:
             _libc.setns(self._own, CLONE_NEWNET)
 
+    def connects(self, port, timeout):
+        """A TCP handshake with the host's `port` completes within `timeout` seconds."""
+        s = self.socket()
+        s.settimeout(timeout)
+        try:
+            s.connect((self.host_ip, port))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
     def http_ok(self, port, marker, timeout):
         """An HTTP 200 naming `marker` on a new connection within `timeout` seconds."""
         s = self.socket()
@@ -152,6 +168,9 @@ port_range = "{first}-{last}"
 cpu            = 1
 memory_gib     = 1
 price_per_hour = 10
+
+[quotas]
+instances = {quota}
 """
 
 
@@ -175,7 +194,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, default=100, help="instances loaded (default 100)")
     ap.add_argument("--changes", type=int, default=50, help="PUT changes timed (default 50: 25 opens, 25 closes)")
-    ap.add_argument("--probe-ms", type=float, default=100.0, help="per-connection timeout of the client (ms)")
+    ap.add_argument("--probe-ms", type=float, default=20.0,
+                    help="handshake timeout of each probe connection (ms, default 20)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (daemon log)")
     args = ap.parse_args()
     if not 1 <= args.instances <= PORT_BLOCK // 2:
@@ -222,7 +242,8 @@ def main():
         pub = (workdir / "id_ed25519.pub").read_text().strip()
         config_path = workdir / "gpucloud.toml"
         config_path.write_text(CONFIG_TOML.format(socket=socket_path, cpu=args.instances + 8,
-                                                  memory=args.instances + 8, first=first, last=first + PORT_BLOCK - 1))
+                                                  memory=args.instances + 8, first=first, last=first + PORT_BLOCK - 1,
+                                                  quota=args.instances))
         proc, port, installation = start_daemon(binary, workdir, config_path)
         api = api_client(port)
         creds = {"username": "sg-bench", "password": "sg-bench-password-1"}
@@ -269,6 +290,7 @@ def main():
             raise BenchError("the client reaches 8000 before any rule allows it")
 
         results = {"open": [], "close": []}
+        timeline = []  # every change's latency, in order
         limit = 10.0  # a change not seen within 10 s is reported as 10 s (and fails the target)
         for i in range(args.changes):
             direction = "open" if i % 2 == 0 else "close"
@@ -276,16 +298,26 @@ def main():
             api.json("PUT", "/api/v1/security-groups/bench", {"rules": opened if direction == "open" else ssh_only})
             while True:
                 t_try = now()
-                ok = client.http_ok(web_port, marker, probe)
-                if ok == (direction == "open"):
-                    seen = now() if direction == "open" else t_try
-                    break
                 if t_try - t_put > limit:
                     seen = t_put + limit
                     break
-                time.sleep(0.005)
+                if direction == "open" and client.connects(web_port, probe):
+                    seen = now()
+                    break
+                # A handshake missing for `probe` may be a loaded machine: closed only when a
+                # second try, given 3 s, gets no answer either.
+                if direction == "close" and not client.connects(web_port, probe) and \
+                        not client.connects(web_port, 3.0):
+                    seen = t_try
+                    break
+                time.sleep(0.002)
             results[direction].append(seen - t_put)
-            print(f"{i + 1:>3} {direction:>5} {1000 * (seen - t_put):8.1f} ms", flush=True)
+            timeline.append(seen - t_put)
+            # Not timed: the answer is the target's own server (not another host's port).
+            if direction == "open" and not client.http_ok(web_port, marker, 3.0):
+                raise BenchError("the opened port does not answer with the target's page")
+            print(f"{i + 1:>3} {direction:>5} {1000 * (seen - t_put):8.1f} ms   (PUT at "
+                  f"{time.strftime('%H:%M:%S', time.gmtime(time.time() - (now() - t_put)))} UTC)", flush=True)
 
         print()
         print(f"{'':>6} {'n':>4} {'p50':>8} {'p95':>8} {'max':>8}   (ms, PUT -> the client sees it)")
@@ -295,7 +327,10 @@ def main():
                   f"{1000 * max(xs):8.1f}")
         both = results["open"] + results["close"]
         p95 = percentile(both, 95)
+        late = [i + 1 for i, x in enumerate(timeline) if x > 2.0]
         print(f"{'PASS' if p95 <= 2.0 else 'FAIL'}: p95 {1000 * p95:.1f} ms <= 2000 ms (spec)")
+        print(f"{'PASS' if not late else 'FAIL'}: every change within 2000 ms (spec)"
+              + (f"; late: change {', '.join(map(str, late))}" if late else ""))
         print(f"{'PASS' if p95 <= 0.1 else 'FAIL'}: p95 {1000 * p95:.1f} ms <= 100 ms (aim)")
         return 0
     except (BenchError, subprocess.SubprocessError, OSError) as e:
