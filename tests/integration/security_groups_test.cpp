@@ -277,9 +277,9 @@ class SecurityGroupsRestartTest : public SecurityGroupsTest {
     prober_ = std::thread([this, blocked_tcp = host_port(inst, 9999), web = host_port(inst, 8888),
                            udp = host_port(inst, 5353, "udp")] {
       while (!stop_) {
-        leaks_ += reaches(*inside_, blocked_tcp, 200ms);
-        leaks_ += reaches(*outside_, web, 200ms);
-        leaks_ += udp_reaches(*outside_, udp, 200ms);
+        leaks_ += reaches(*inside_, blocked_tcp, 100ms);
+        leaks_ += reaches(*outside_, web, 100ms);
+        leaks_ += udp_reaches(*outside_, udp, 100ms);
         tries_ += 3;
       }
     });
