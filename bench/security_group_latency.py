@@ -41,7 +41,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from instance_latency import (ROOT, BenchError, Ssh, api_client, engine_client, percentile,  # noqa: E402
+from instance_latency import (ROOT, BenchError, api_client, engine_client, percentile,  # noqa: E402
                               remove_installation_leftovers, start_daemon, stop_daemon, ROUTE_LOCALNET)
 
 ALLOC_DIR = pathlib.Path("/tmp/gpucloud-test-alloc")

@@ -9,6 +9,8 @@
 // names this test's marker) and a UDP echo on 5353 that prefixes the marker.
 #include <atomic>
 #include <iostream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -212,7 +214,8 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   auto put = put_rules("web", opened);
   ASSERT_EQ(put.status, 200) << put.body;
   EXPECT_TRUE(wait_until([&] { return reaches(*inside_, port, 300ms); }, kApplyDeadline, "9999 to open", 20ms));
-  std::cout << "[ opened   ] in " << ms_since(start) << " ms from the PUT\n";
+  // Upper bounds: each includes the probe's own timeout (bench/security_group_latency.py measures finer).
+  std::cout << "[ opened   ] seen within " << ms_since(start) << " ms of the PUT\n";
   EXPECT_TRUE(blocked(*outside_, port)) << "the new rule is for the inside client only";
   auto now = daemon_->get("/api/v1/instances/web-1", user_).json();
   EXPECT_EQ(port_entry(now, 9999)->at("allowed"), true) << json::serialize(now);
@@ -221,7 +224,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   put = put_rules("web", web_rules(*inside_));
   ASSERT_EQ(put.status, 200) << put.body;
   EXPECT_TRUE(wait_until([&] { return blocked(*inside_, port); }, kApplyDeadline, "9999 to close", 20ms));
-  std::cout << "[ closed   ] in " << ms_since(start) << " ms from the PUT\n";
+  std::cout << "[ closed   ] seen within " << ms_since(start) << " ms of the PUT\n";
   EXPECT_TRUE(reaches(*inside_, host_port(inst, 8888))) << "the other rules stay";
 }
 
@@ -242,7 +245,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
   const int port = host_port(patched.json(), 7777);
   ASSERT_NE(port, 0) << patched.body;
   EXPECT_TRUE(wait_until([&] { return reaches(*inside_, port, 300ms); }, kApplyDeadline, "7777 to be published", 20ms));
-  std::cout << "[ published] in " << ms_since(start) << " ms from the PATCH\n";
+  std::cout << "[ published] seen within " << ms_since(start) << " ms of the PATCH\n";
   EXPECT_TRUE(blocked(*outside_, port));
 
   // Another group: 8888 now from the outside client only.
@@ -252,7 +255,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
   const int web = host_port(inst, 8888);
   EXPECT_TRUE(wait_until([&] { return reaches(*outside_, web, 300ms) && blocked(*inside_, web); }, kApplyDeadline,
                          "the new group's rules", 20ms));
-  std::cout << "[ regrouped] in " << ms_since(start) << " ms from the PATCH\n";
+  std::cout << "[ regrouped] seen within " << ms_since(start) << " ms of the PATCH\n";
   EXPECT_TRUE(blocked(*inside_, port)) << "7777 has no rule in the new group";
 }
 
@@ -345,6 +348,52 @@ TEST_F(SecurityGroupsRestartTest, DOCKER_ROOT_SERIAL_SameAnswersAfterDaemonAndDo
   std::cout << "[ prober   ] " << leaks_ << " of " << tries_ << " tries of blocked ports got through\n";
   EXPECT_EQ(leaks_, 0) << "of " << tries_ << " tries of blocked ports";
   EXPECT_GT(tries_, 0);
+}
+
+// The sg commands of the real CLI against the real server (no engine needed): the request
+// bodies the CLI builds are the ones the server takes, and what it prints is what it answered.
+TEST(SecurityGroupCli, CreateListShowSetAndRmThroughTheRealServer) {
+  TestDaemon daemon(DaemonOptions{sg_traffic_config()});
+  daemon.start();
+  const std::string token = daemon.register_and_login("alice");
+  const std::string home = daemon.dir() + "/xdg";
+  const std::map<std::string, std::string> env{
+      {"XDG_CONFIG_HOME", home}, {"HOME", home}, {"GPUCLOUD_ENDPOINT", daemon.endpoint()}, {"GPUCLOUD_TOKEN", token}};
+
+  auto created = run_cli({"sg", "create", "web", "--allow", "tcp:22", "--allow", "tcp:8888@10.1.2.3/8", "--allow",
+                          "udp:60000-60010@2001:DB8::1/32", "--description", "notebooks"},
+                         env);
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.out.find("Security group web (sg-"), std::string::npos) << created.out;
+  EXPECT_NE(created.out.find("created: 3 rules."), std::string::npos) << created.out;
+
+  auto shown = run_cli({"sg", "show", "web"}, env);
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("10.0.0.0/8"), std::string::npos) << "normalised by the server: " << shown.out;
+  EXPECT_NE(shown.out.find("60000-60010  2001:db8::/32"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("Used by no instance."), std::string::npos) << shown.out;
+
+  auto risky = run_cli({"sg", "set", "web", "--allow", "tcp:1-65535"}, env);
+  EXPECT_EQ(risky.exit_code, 1) << risky.out;
+  EXPECT_NE(risky.err.find("error: "), std::string::npos) << risky.err;
+  auto accepted = run_cli({"sg", "set", "web", "--allow", "tcp:1-65535", "--acknowledge-risk"}, env);
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.err;
+  auto emptied = run_cli({"sg", "set", "web", "--no-rules"}, env);
+  EXPECT_EQ(emptied.exit_code, 0) << emptied.err;
+  EXPECT_NE(emptied.out.find("updated: 0 rules."), std::string::npos) << emptied.out;
+
+  auto listed = run_cli({"--json", "sg", "ls"}, env);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  std::set<std::string> names;
+  const json::value groups = json::parse(listed.out);  // named: a range-for over a temporary's part dangles
+  for (const auto& g : groups.at("items").as_array()) names.insert(std::string(g.at("name").as_string()));
+  EXPECT_EQ(names, (std::set<std::string>{"default", "web"})) << listed.out;
+
+  EXPECT_EQ(run_cli({"sg", "rm", "default"}, env).exit_code, 1) << "the default group stays";
+  auto removed = run_cli({"sg", "rm", "web"}, env);
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(run_cli({"sg", "show", "web"}, env).exit_code, 1);
+  EXPECT_EQ(run_cli({"sg", "create", "bad", "--allow", "tcp:22@300.0.0.0/8"}, env).exit_code, 2);
 }
 
 }  // namespace
