@@ -226,6 +226,20 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   EXPECT_TRUE(wait_until([&] { return blocked(*inside_, port); }, kApplyDeadline, "9999 to close", 20ms));
   std::cout << "[ closed   ] seen within " << ms_since(start) << " ms of the PUT\n";
   EXPECT_TRUE(reaches(*inside_, host_port(inst, 8888))) << "the other rules stay";
+
+  // An IPv6 source says "allowed" for the port but opens nothing to IPv4 clients.
+  json::array v6 = web_rules(*inside_);
+  v6.push_back(tcp_rule(9999, "2001:db8::/32"));
+  put = put_rules("web", v6);
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        auto shown = daemon_->get("/api/v1/instances/web-1", user_).json();
+        return port_entry(shown, 9999)->at("sources") == json::array{"2001:db8::/32"};
+      },
+      kApplyDeadline, "the v6 source in the instance's ports"));
+  EXPECT_TRUE(blocked(*inside_, port));
+  EXPECT_TRUE(blocked(*outside_, port));
 }
 
 TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
