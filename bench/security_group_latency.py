@@ -29,6 +29,7 @@ dockerd, the image gpucloud/base:bookworm-1, ssh and ssh-keygen.
 import argparse
 import ctypes
 import fcntl
+import json
 import os
 import pathlib
 import random
@@ -358,13 +359,29 @@ def main():
                 time.sleep(0.5)
         if proc is not None:
             stop_daemon(proc)
-        remove_installation_leftovers(engine, installation, route_localnet_before)
+        # A slow engine may still be making or removing containers the daemon gave up on:
+        # sweep until none of this installation's is left (or two minutes pass).
+        deadline = now() + 120
+        while True:
+            remove_installation_leftovers(engine, installation, route_localnet_before)
+            if not installation or now() > deadline or not installation_containers(engine, installation):
+                break
+            time.sleep(2)
         if client is not None:
             client.remove()
         if args.keep:
             print(f"kept {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def installation_containers(engine, installation):
+    from urllib.parse import quote
+    flt = json.dumps({"label": [f"gpucloud.installation={installation}"]})
+    try:
+        return engine.json("GET", f"/v1.41/containers/json?all=1&filters={quote(flt)}") or []
+    except (BenchError, OSError):
+        return []
 
 
 def client_host_sees(port, marker):
