@@ -285,7 +285,8 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   for (const auto& p : i.ports) {
     json::array sources;
     for (const auto& s : port_sources(i, p)) sources.push_back(json::value(s));
-    const bool allowed = !sources.empty();
+    // Reachable: ports are published on IPv4, so an IPv6 source alone opens nothing yet.
+    const bool allowed = !port_sources_v4(i, p).empty();
     ports.push_back(json::object{{"port", p.container_port},
                                  {"protocol", p.protocol},
                                  {"host", view.public_host},

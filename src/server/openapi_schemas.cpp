@@ -102,7 +102,7 @@ json::object instance_schemas(json::object& s) {
                               {"protocol", one_of({"tcp", "udp"})},
                               {"host", str()},
                               {"host_port", integer()},
-                              {"allowed", boolean("Some rule of its security group lets a source reach it")},
+                              {"allowed", boolean("Some rule of its security group lets an (IPv4) source reach it")},
                               {"sources", array_of(str(), "The CIDRs its security group lets reach it")}});
   s["InstanceBilling"] = answer({{"mode", one_of({"hourly", "weekly", "monthly"})},
                                  {"auto_renew", boolean()},

@@ -163,7 +163,8 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
   auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
-  ASSERT_TRUE(host_reaches(host_port(inst, 9999))) << "9999 listens (so a failure below is the firewall)";
+  // 9999 listens (so a failure below is the firewall); its server starts beside 8888's.
+  ASSERT_TRUE(wait_until([&] { return host_reaches(host_port(inst, 9999)); }, 20s, "9999 to answer the host", 100ms));
 
   // What the instance says about its ports.
   EXPECT_TRUE(inst.at("security_group").as_string().starts_with("sg-")) << json::serialize(inst);
@@ -227,7 +228,8 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   std::cout << "[ closed   ] seen within " << ms_since(start) << " ms of the PUT\n";
   EXPECT_TRUE(reaches(*inside_, host_port(inst, 8888))) << "the other rules stay";
 
-  // An IPv6 source says "allowed" for the port but opens nothing to IPv4 clients.
+  // An IPv6 source shows in the port's sources, does not make it `allowed`, and opens nothing
+  // to IPv4 clients.
   json::array v6 = web_rules(*inside_);
   v6.push_back(tcp_rule(9999, "2001:db8::/32"));
   put = put_rules("web", v6);
