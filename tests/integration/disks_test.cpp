@@ -148,8 +148,9 @@ TEST_F(DisksTest, DOCKER_ROOT_SLOW_AFullDiskSaysEnospcAndAGrowShowsInsideTheInst
   std::string id = first_disk_of(box);
   int rc = -1;
   // Writing a GiB takes longer than one ssh command may last on a loaded machine: the fill
-  // runs in the background inside the instance and the test waits for its end.
-  ssh_run(box, key_, "nohup sh -c 'dd if=/dev/zero of=/root/data/fill bs=1M count=1100 2>&1; echo dd=$?' >/root/fill.log 2>&1 &",
+  // runs in the background inside the instance and the test waits for its end (no single
+  // quotes: ssh_run wraps the command in them).
+  ssh_run(box, key_, "nohup sh -c \"dd if=/dev/zero of=/root/data/fill bs=1M count=1100 2>&1; echo dd=\\$?\" >/root/fill.log 2>&1 &",
           &rc);
   ASSERT_EQ(rc, 0);
   std::string out;
