@@ -1,5 +1,5 @@
-// The billing commands (balance, ledger, usage, statement, idle, alert) end to end on a fake
-// server, like app_test.cpp: requests sent, output, exit codes.
+// The billing commands (balance, ledger, usage, statement, idle, alert) and create's billing
+// line end to end on a fake server, like app_test.cpp: requests sent, output, exit codes.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -438,6 +438,57 @@ TEST_F(CliBillingTest, AlertShowAndClear) {
   server_.on("GET", "/api/v1/billing/account", 200, none);
   ASSERT_EQ(run({"alert", "show", "--json"}), 0) << err_.str();
   EXPECT_EQ(out_.str(), "null\n");
+}
+
+// --- create's billing line -----------------------------------------------------------------
+
+const char* kCreated = R"({"id":"i-1","name":"train-1","state":"creating",
+  "ssh":{"command":"ssh -p 30022 root@10.0.0.1"},
+  "billing":{"mode":"hourly","auto_renew":false,"expires_at":null,"price_per_hour":198,"currency":"CNY"},
+  "currency":"CNY"})";
+
+std::string in_state(const char* base, const char* state) {
+  json::value v = json::parse(base);
+  v.as_object()["state"] = state;
+  return json::serialize(v);
+}
+
+TEST_F(CliBillingTest, CreatePrintsWhatItBillsPerHourAndDay) {
+  server_.on("POST", "/api/v1/instances", 202, kCreated);
+  server_.on("GET", "/api/v1/instances/i-1", 200, in_state(kCreated, "running"));
+  ASSERT_EQ(run({"create", "train-1", "--gpu", "RTX 4090:1", "--image", "base"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "Instance train-1 is running.\n"
+            "ssh -p 30022 root@10.0.0.1\n"
+            "Billing ¥1.98 per hour (¥47.52 per day).\n");
+
+  server_.on("POST", "/api/v1/instances", 202, kCreated);
+  ASSERT_EQ(run({"create", "train-1", "--no-gpu", "--image", "base", "--no-wait"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "Instance train-1 (i-1) is creating.\n"
+            "Billing ¥1.98 per hour (¥47.52 per day).\n");
+
+  server_.on("POST", "/api/v1/instances", 202, kCreated);
+  ASSERT_EQ(run({"create", "train-1", "--no-gpu", "--image", "base", "--no-wait", "--json"}), 0) << err_.str();
+  EXPECT_EQ(json::parse(out_.str()), json::parse(kCreated));
+  EXPECT_EQ(out_.str().find("Billing"), std::string::npos);
+}
+
+TEST_F(CliBillingTest, CreateWithoutAPriceSaysNothingAboutBilling) {
+  json::value created = json::parse(kCreated);
+  created.as_object()["billing"].as_object()["price_per_hour"] = nullptr;
+  server_.on("POST", "/api/v1/instances", 202, json::serialize(created));
+  ASSERT_EQ(run({"create", "train-1", "--no-gpu", "--image", "base", "--no-wait"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Instance train-1 (i-1) is creating.\n");
+}
+
+TEST_F(CliBillingTest, CreateRefusedForBalanceShowsTheDetailAsIs) {
+  server_.problem("POST", "/api/v1/instances", 402, "insufficient_balance",
+                  "balance ¥0.50 is below one hour of the price (¥1.98)");
+  EXPECT_EQ(run({"create", "train-1", "--gpu", "RTX 4090:1", "--image", "base"}), 1);
+  EXPECT_EQ(err_.str(), "error: balance ¥0.50 is below one hour of the price (¥1.98)\n");
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(server_.requests.size(), 1u);
 }
 
 // --- times ---------------------------------------------------------------------------------
