@@ -170,6 +170,7 @@ int run_cli(const std::vector<std::string>& args, Deps& deps) {
   add_connect_commands(app, registry);
   add_image_commands(app, registry);
   add_security_group_commands(app, registry);
+  add_billing_commands(app, registry);
 
   std::vector<const char*> argv;
   argv.reserve(args.size() + 1);

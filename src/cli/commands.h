@@ -21,6 +21,8 @@ void add_admin_commands(CLI::App& app, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
 void add_image_commands(CLI::App& app, Registry& registry);    // save-image, image rm|restore
 void add_security_group_commands(CLI::App& app, Registry& registry);  // sg create|ls|show|set|rm
+// balance, ledger, usage, statement, idle, alert set|show|clear
+void add_billing_commands(CLI::App& app, Registry& registry);
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);
@@ -31,6 +33,21 @@ std::string render_security_groups(const boost::json::value& groups);
 // for those it knows).
 std::string render_security_group(const boost::json::value& group,
                                   const std::map<std::string, std::string>& instance_names);
+
+// Billing answers (GET /billing/...) as the commands print them.
+std::string render_balance(const boost::json::value& account);
+std::string render_ledger(const boost::json::value& page);
+std::string render_usage(const boost::json::value& usage, bool by_day);
+std::string render_statement(const boost::json::value& statement);
+std::string render_idle(const boost::json::value& idle);
+// A usage item's quantity: unit second as hours ("1.50 h"), gib_hour as "N GiB·h".
+std::string format_usage_quantity(const boost::json::value& item);
+
+// --since/--until: an RFC 3339 time, or YYYY-MM-DD for that day at 00:00 UTC → the time in
+// UTC as the API writes it; anything else is a usage error naming `option`.
+Expected<std::string> parse_billing_time(std::string_view value, std::string_view option);
+// "2025-01" (month 01..12).
+bool is_statement_month(std::string_view month);
 
 // --allow PROTO:PORT[-PORT][@CIDR] → a rule {protocol, port_min, port_max, source}; the
 // source defaults to 0.0.0.0/0. Bad syntax is a usage error naming what is wrong.

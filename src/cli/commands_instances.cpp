@@ -245,6 +245,18 @@ std::string render_instance(const json::value& inst, std::string_view group_name
   return kv.render();
 }
 
+// "Billing ¥1.98 per hour (¥47.52 per day).\n" from the instance's billing.price_per_hour;
+// "" when the answer has none.
+std::string billing_line(const json::value& inst) {
+  const auto* billing = member(inst, "billing");
+  if (billing == nullptr) return "";
+  auto price = integer(*billing, "price_per_hour");
+  if (!price) return "";
+  const std::string currency = currency_of(*billing, currency_of(inst));
+  return fmt::format("Billing {} per hour ({} per day).\n", format_money(*price, currency),
+                     format_money(*price * 24, currency));
+}
+
 struct InstanceCommandArgs {
   InstanceArgs spec;
   std::string name;
@@ -268,6 +280,7 @@ Outcome do_create(Context& ctx, const InstanceArgs& a) {
     ctx.print(*created, [&] {
       ctx.out() << fmt::format("Instance {} ({}) is {}.\n", text(*created, "name", a.name),
                                text(*created, "id"), text(*created, "state"));
+      ctx.out() << billing_line(*created);
     });
     return {};
   }
@@ -278,6 +291,9 @@ Outcome do_create(Context& ctx, const InstanceArgs& a) {
     if (member(*running, "jupyter_url")) {
       ctx.out() << "jupyter: " << text(*running, "jupyter_url") << "\n";
     }
+    // The price the create captured; the running answer has it too when the first did not.
+    std::string billing = billing_line(*created);
+    ctx.out() << (billing.empty() ? billing_line(*running) : billing);
   });
   return {};
 }
