@@ -1,11 +1,24 @@
 #include "billing/webhook_sender.h"
 
 #include <algorithm>
-#include <cctype>
 #include <array>
+#include <cctype>
+#include <exception>
+#include <map>
+#include <set>
 #include <utility>
+#include <vector>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/url/parse.hpp>
+#include <spdlog/spdlog.h>
 
 namespace gpucloud::billing {
 
@@ -14,6 +27,9 @@ namespace net = boost::asio;
 // Everything file-local sits in its own namespace: in a unity build this file shares a
 // translation unit with the rest of billing/.
 namespace webhook_detail {
+
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
 
 namespace {
 
@@ -210,6 +226,358 @@ Result<WebhookUrl> parse_webhook_url(std::string_view url, bool allow_private) {
     return url_error("the path or query has characters that must be percent-encoded");
   }
   return out;
+}
+
+namespace webhook_detail {
+
+// One accepted delivery, from deliver() to its last attempt.
+struct Delivery {
+  std::uint64_t id = 0;
+  WebhookUrl url;
+  std::string body;
+  WebhookSender::Done done;
+  int attempts = 0;                           // started so far
+  std::unique_ptr<net::steady_timer> retry;   // while waiting to be retried
+};
+
+// The I/O objects of one attempt, shared by its coroutine and the deadline that cuts it off.
+struct Attempt {
+  explicit Attempt(const net::any_io_executor& executor)
+      : resolver(executor), socket(executor), deadline(executor) {}
+  void abort_io() {
+    boost::system::error_code ignored;
+    resolver.cancel();
+    socket.close(ignored);
+  }
+  tcp::resolver resolver;
+  tcp::socket socket;
+  net::steady_timer deadline;
+  bool timed_out = false;
+};
+
+struct Outcome {
+  enum class Kind { delivered, retry, final, stopped };
+  Kind kind = Kind::final;
+  std::string why;
+  std::chrono::milliseconds retry_after{0};  // the receiver's Retry-After, if it gave one
+};
+
+struct InFlight {
+  std::shared_ptr<Delivery> delivery;
+  std::shared_ptr<Attempt> attempt;
+};
+
+struct SenderState {
+  net::any_io_executor executor;
+  bool allow_private = false;
+  WebhookSender::Options options;
+  bool stopped = false;
+  std::uint64_t next_id = 1;
+  std::map<std::uint64_t, std::shared_ptr<Delivery>> waiting;  // by id: oldest first
+  std::set<std::uint64_t> ready;                               // waiting ones free to start
+  std::map<std::uint64_t, InFlight> in_flight;
+};
+
+namespace {
+
+using State = SenderState;
+
+std::string target_name(const WebhookUrl& url) {
+  // Only host and port in logs: the path and query may carry the receiver's secret.
+  const bool v6 = url.literal_address && url.host.find(':') != std::string::npos;
+  return (v6 ? "[" + url.host + "]" : url.host) + ":" + std::to_string(url.port);
+}
+
+std::string host_header(const WebhookUrl& url) {
+  const bool v6 = url.literal_address && url.host.find(':') != std::string::npos;
+  std::string host = v6 ? "[" + url.host + "]" : url.host;
+  if (url.port != 80) host += ":" + std::to_string(url.port);
+  return host;
+}
+
+void call_done(WebhookSender::Done& done, bool delivered, std::string why) {
+  if (!done) return;
+  try {
+    done(delivered, std::move(why));
+  } catch (const std::exception& e) {
+    // The caller's callback must not take the event loop down with it.
+    spdlog::error(R"({{"event":"webhook_done_threw","what":"{}"}})", e.what());
+  }
+}
+
+// `done` for a delivery that never got an attempt: later on the loop, not inside deliver(),
+// and not at all once the sender has stopped.
+void post_done(const std::shared_ptr<State>& state, WebhookSender::Done done, std::string why) {
+  if (!done) return;
+  net::post(state->executor, [weak = std::weak_ptr<State>(state), done = std::move(done),
+                              why = std::move(why)]() mutable {
+    const auto alive = weak.lock();
+    if (alive && !alive->stopped) call_done(done, false, std::move(why));
+  });
+}
+
+void pump(const std::shared_ptr<State>& state);
+
+// Puts a delivery (new, or back for a retry) among the waiting ones, dropping the oldest
+// waiting delivery when there are more than max_queued.
+void admit(const std::shared_ptr<State>& state, std::shared_ptr<Delivery> delivery) {
+  state->waiting.emplace(delivery->id, std::move(delivery));
+  while (state->waiting.size() > state->options.max_queued) {
+    auto oldest = state->waiting.begin();
+    auto dropped = std::move(oldest->second);
+    state->waiting.erase(oldest);
+    state->ready.erase(dropped->id);
+    if (dropped->retry) dropped->retry->cancel();
+    spdlog::warn(R"({{"event":"webhook_dropped","target":"{}","queued":{}}})",
+                 target_name(dropped->url), state->options.max_queued);
+    post_done(state, std::move(dropped->done),
+              "dropped: more than " + std::to_string(state->options.max_queued) +
+                  " webhook deliveries were waiting");
+  }
+}
+
+std::chrono::milliseconds backoff(const WebhookSender::Options& options, int failed_attempts,
+                                  std::chrono::milliseconds retry_after) {
+  auto delay = options.first_backoff;
+  for (int i = 1; i < failed_attempts && delay < options.max_backoff; ++i) delay *= 2;
+  delay = std::max(delay, retry_after);
+  return std::min(delay, options.max_backoff);
+}
+
+std::chrono::milliseconds parse_retry_after(std::string_view value) {
+  // Only delta-seconds; an HTTP date is ignored (the exponential backoff applies).
+  if (value.empty() || value.size() > 9 ||
+      !std::all_of(value.begin(), value.end(),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    return std::chrono::milliseconds{0};
+  }
+  return std::chrono::seconds(std::stol(std::string(value)));
+}
+
+Outcome transport_failure(const Attempt& attempt, std::string_view step,
+                          const boost::system::error_code& ec) {
+  if (attempt.timed_out) return {Outcome::Kind::retry, "timed out " + std::string(step), {}};
+  return {Outcome::Kind::retry, std::string(step) + ": " + ec.message(), {}};
+}
+
+// One attempt: resolve, check every address, connect to a checked one, POST, read the
+// status line. Cut off as a whole by attempt->deadline.
+net::awaitable<Outcome> run_attempt(std::shared_ptr<State> state,
+                                    std::shared_ptr<Delivery> delivery,
+                                    std::shared_ptr<Attempt> attempt) {
+  const WebhookUrl& url = delivery->url;
+  attempt->deadline.expires_after(state->options.timeout);
+  attempt->deadline.async_wait([weak = std::weak_ptr<Attempt>(attempt)](boost::system::error_code ec) {
+    if (ec) return;
+    if (auto alive = weak.lock()) {
+      alive->timed_out = true;
+      alive->abort_io();
+    }
+  });
+
+  boost::system::error_code ec;
+  std::vector<tcp::endpoint> endpoints;
+  if (url.literal_address) {
+    endpoints.emplace_back(net::ip::make_address(url.host, ec), url.port);
+    if (ec) co_return Outcome{Outcome::Kind::final, "webhook_url: the host is not a valid IP address", {}};
+  } else {
+    const std::string service = std::to_string(url.port);
+    const auto flags = tcp::resolver::numeric_service;
+    auto results = co_await attempt->resolver.async_resolve(url.host, service, flags,
+                                                            net::redirect_error(net::use_awaitable, ec));
+    if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
+    if (ec || results.empty()) co_return transport_failure(*attempt, "resolving " + url.host, ec);
+    for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+  }
+  if (!state->allow_private) {
+    // Any refused address refuses the host: which one a connect would use is not ours to pick.
+    for (const auto& endpoint : endpoints) {
+      if (const auto kind = refused_address_kind(endpoint.address()); !kind.empty()) {
+        co_return Outcome{Outcome::Kind::final,
+                          "webhook_url: " + url.host + " resolves to " +
+                              endpoint.address().to_string() + ", " + refused_kind_phrase(kind),
+                          {}};
+      }
+    }
+  }
+
+  bool connected = false;
+  for (const auto& endpoint : endpoints) {
+    boost::system::error_code ignored;
+    attempt->socket.close(ignored);
+    co_await attempt->socket.async_connect(endpoint, net::redirect_error(net::use_awaitable, ec));
+    if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
+    if (!ec) {
+      connected = true;
+      break;
+    }
+    if (attempt->timed_out) break;
+  }
+  if (!connected) co_return transport_failure(*attempt, "connecting", ec);
+
+  http::request<http::string_body> request{http::verb::post, url.target, 11};
+  request.set(http::field::host, host_header(url));
+  request.set(http::field::user_agent, "gpucloud-webhook/1");
+  request.set(http::field::content_type, "application/json");
+  request.set(http::field::connection, "close");
+  request.body() = delivery->body;
+  request.prepare_payload();
+  co_await http::async_write(attempt->socket, request, net::redirect_error(net::use_awaitable, ec));
+  if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
+  if (ec) co_return transport_failure(*attempt, "sending", ec);
+
+  // The status line decides; the answer's body is never read.
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::empty_body> parser;
+  co_await http::async_read_header(attempt->socket, buffer, parser,
+                                   net::redirect_error(net::use_awaitable, ec));
+  if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
+  attempt->deadline.cancel();
+  if (ec) co_return transport_failure(*attempt, "reading the answer", ec);
+  boost::system::error_code ignored;
+  attempt->socket.shutdown(tcp::socket::shutdown_both, ignored);
+  attempt->socket.close(ignored);
+
+  const unsigned status = parser.get().result_int();
+  std::string why = "HTTP " + std::to_string(status);
+  if (status >= 200 && status < 300) co_return Outcome{Outcome::Kind::delivered, why, {}};
+  if (status >= 300 && status < 400) {
+    co_return Outcome{Outcome::Kind::final, why + " (redirects are not followed)", {}};
+  }
+  if (status == 429 || (status >= 500 && status < 600)) {
+    co_return Outcome{Outcome::Kind::retry, why,
+                      parse_retry_after(parser.get()[http::field::retry_after])};
+  }
+  co_return Outcome{Outcome::Kind::final, why, {}};
+}
+
+void schedule_retry(const std::shared_ptr<State>& state, std::shared_ptr<Delivery> delivery,
+                    std::chrono::milliseconds delay) {
+  delivery->retry = std::make_unique<net::steady_timer>(state->executor, delay);
+  delivery->retry->async_wait(
+      [weak = std::weak_ptr<State>(state), id = delivery->id](boost::system::error_code ec) {
+        if (ec) return;
+        const auto alive = weak.lock();
+        if (!alive || alive->stopped) return;
+        const auto it = alive->waiting.find(id);
+        if (it == alive->waiting.end()) return;  // dropped meanwhile
+        it->second->retry.reset();
+        alive->ready.insert(id);
+        pump(alive);
+      });
+  admit(state, std::move(delivery));
+}
+
+void finish_attempt(const std::shared_ptr<State>& state, const std::shared_ptr<Delivery>& delivery,
+                    Outcome outcome) {
+  if (state->stopped || outcome.kind == Outcome::Kind::stopped) return;
+  state->in_flight.erase(delivery->id);
+  const auto& options = state->options;
+  const std::string target = target_name(delivery->url);
+  if (outcome.kind == Outcome::Kind::delivered) {
+    spdlog::info(R"({{"event":"webhook_delivered","target":"{}","attempts":{},"status":"{}"}})",
+                 target, delivery->attempts, outcome.why);
+    call_done(delivery->done, true, std::move(outcome.why));
+  } else if (outcome.kind == Outcome::Kind::retry && delivery->attempts < options.max_attempts) {
+    const auto delay = backoff(options, delivery->attempts, outcome.retry_after);
+    spdlog::warn(R"({{"event":"webhook_retry","target":"{}","attempts":{},"why":"{}","retry_in_ms":{}}})",
+                 target, delivery->attempts, outcome.why, delay.count());
+    schedule_retry(state, delivery, delay);
+  } else {
+    std::string why = std::move(outcome.why);
+    if (delivery->attempts > 1) why += " (after " + std::to_string(delivery->attempts) + " attempts)";
+    spdlog::warn(R"({{"event":"webhook_failed","target":"{}","attempts":{},"why":"{}"}})", target,
+                 delivery->attempts, why);
+    call_done(delivery->done, false, std::move(why));
+  }
+  pump(state);
+}
+
+// Starts attempts for ready deliveries, oldest first, while slots are free.
+void pump(const std::shared_ptr<State>& state) {
+  while (!state->stopped && !state->ready.empty() &&
+         state->in_flight.size() < state->options.max_in_flight) {
+    const std::uint64_t id = *state->ready.begin();
+    state->ready.erase(state->ready.begin());
+    const auto it = state->waiting.find(id);
+    if (it == state->waiting.end()) continue;
+    auto delivery = std::move(it->second);
+    state->waiting.erase(it);
+    auto attempt = std::make_shared<Attempt>(state->executor);
+    state->in_flight.emplace(id, InFlight{delivery, attempt});
+    ++delivery->attempts;
+    net::co_spawn(state->executor, run_attempt(state, delivery, attempt),
+                  [state, delivery](std::exception_ptr error, Outcome outcome) {
+                    if (error) {
+                      // Nothing in run_attempt throws by design (errors are values); if
+                      // something does (bad_alloc), fail this delivery, keep the loop.
+                      outcome = Outcome{Outcome::Kind::final, "internal error", {}};
+                    }
+                    finish_attempt(state, delivery, std::move(outcome));
+                  });
+  }
+}
+
+}  // namespace
+
+}  // namespace webhook_detail
+
+WebhookSender::WebhookSender(net::any_io_executor executor, bool allow_private)
+    : WebhookSender(std::move(executor), allow_private, Options{}) {}
+
+WebhookSender::WebhookSender(net::any_io_executor executor, bool allow_private, Options options)
+    : state_(std::make_shared<webhook_detail::SenderState>()) {
+  state_->executor = std::move(executor);
+  state_->allow_private = allow_private;
+  state_->options = options;
+  state_->options.max_attempts = std::max(state_->options.max_attempts, 1);
+  state_->options.max_in_flight = std::max<std::size_t>(state_->options.max_in_flight, 1);
+}
+
+WebhookSender::~WebhookSender() { stop(); }
+
+void WebhookSender::deliver(std::string url, std::string json_body, Done done) {
+  if (state_->stopped) return;
+  auto parsed = parse_webhook_url(url, state_->allow_private);
+  if (!parsed) {
+    spdlog::warn(R"({{"event":"webhook_refused","why":"{}"}})", parsed.error().detail);
+    webhook_detail::post_done(state_, std::move(done), std::move(parsed.error().detail));
+    return;
+  }
+  auto delivery = std::make_shared<webhook_detail::Delivery>();
+  delivery->id = state_->next_id++;
+  delivery->url = std::move(*parsed);
+  delivery->body = std::move(json_body);
+  delivery->done = std::move(done);
+  const std::uint64_t id = delivery->id;
+  webhook_detail::admit(state_, std::move(delivery));
+  if (state_->waiting.count(id) != 0) state_->ready.insert(id);
+  webhook_detail::pump(state_);
+}
+
+std::size_t WebhookSender::pending() const {
+  return state_->waiting.size() + state_->in_flight.size();
+}
+
+std::size_t WebhookSender::in_flight() const { return state_->in_flight.size(); }
+
+void WebhookSender::stop() {
+  auto& state = *state_;
+  if (state.stopped) return;
+  state.stopped = true;
+  for (auto& [id, delivery] : state.waiting) {
+    if (delivery->retry) delivery->retry->cancel();
+  }
+  for (auto& [id, flight] : state.in_flight) {
+    flight.delivery->done = nullptr;
+    flight.attempt->deadline.cancel();
+    flight.attempt->abort_io();
+  }
+  // The callbacks (and whatever they hold) go now; attempts still unwinding keep only their
+  // own objects and the state, which says stopped.
+  state.waiting.clear();
+  state.ready.clear();
+  state.in_flight.clear();
 }
 
 }  // namespace gpucloud::billing

@@ -1,20 +1,30 @@
-// Webhook URLs: every refused range, literals, ports, schemes.
+// Webhook URLs (every refused range, literals, ports, schemes) and WebhookSender against a
+// real HTTP receiver on 127.0.0.1, on the test's own loop: nothing leaves the machine.
 #include "billing/webhook_sender.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <boost/asio/ip/address.hpp>
+#include <boost/asio.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
 namespace gpucloud::billing {
 namespace webhook_test {
 namespace {
 
 namespace net = boost::asio;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -180,6 +190,419 @@ TEST(WebhookUrlTest, RefusedAddressKind) {
   EXPECT_EQ(refused_address_kind(net::ip::make_address("100.100.100.100")), "shared (CGNAT)");
   EXPECT_EQ(refused_address_kind(net::ip::make_address("1.1.1.1")), "");
   EXPECT_EQ(refused_address_kind(net::ip::make_address("2a00:1450::1")), "");
+}
+
+// ---- WebhookSender against a local receiver ----
+
+struct ReceivedRequest {
+  std::string method;
+  std::string target;
+  std::string host;
+  std::string content_type;
+  std::string user_agent;
+  std::string body;
+  Clock::time_point at;
+};
+
+// An HTTP server on 127.0.0.1 and an ephemeral port, on the test's loop. Each request is
+// recorded and gets the next scripted answer (the last one repeats). A `hang` answer never
+// comes: the connection is held until the client closes it.
+class WebhookReceiver {
+ public:
+  struct Answer {
+    unsigned status = 200;
+    std::string location;
+    bool hang = false;
+  };
+
+  WebhookReceiver(net::io_context& io, std::vector<Answer> script)
+      : io_(io), acceptor_(io), script_(std::move(script)) {
+    acceptor_.open(tcp::v4());
+    acceptor_.set_option(net::socket_base::reuse_address(true));
+    acceptor_.bind(tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), 0));
+    acceptor_.listen();
+    net::co_spawn(io_, accept_loop(this), net::detached);
+  }
+  ~WebhookReceiver() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  }
+
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
+  std::string url(const std::string& host = "127.0.0.1") const {
+    return "http://" + host + ":" + std::to_string(port()) + "/hook?user=u1";
+  }
+
+  std::vector<ReceivedRequest> requests;
+  int connections = 0;   // accepted
+  int held_closed = 0;   // held connections the client closed
+
+ private:
+  const Answer& next_answer() {
+    const std::size_t i = std::min(requests.size(), script_.size()) - 1;
+    return script_[i];
+  }
+
+  static net::awaitable<void> accept_loop(WebhookReceiver* self) {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket socket = co_await self->acceptor_.async_accept(net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
+      ++self->connections;
+      net::co_spawn(self->io_, serve(self, std::move(socket)), net::detached);
+    }
+  }
+
+  static net::awaitable<void> serve(WebhookReceiver* self, tcp::socket socket) {
+    boost::system::error_code ec;
+    boost::beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    co_await http::async_read(socket, buffer, req, net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;
+    self->requests.push_back({std::string(req.method_string()), std::string(req.target()),
+                              std::string(req[http::field::host]),
+                              std::string(req[http::field::content_type]),
+                              std::string(req[http::field::user_agent]), req.body(), Clock::now()});
+    const Answer answer = self->next_answer();
+    if (answer.hang) {
+      char byte = 0;
+      auto one_byte = net::buffer(&byte, 1);
+      co_await socket.async_read_some(one_byte, net::redirect_error(net::use_awaitable, ec));
+      ++self->held_closed;
+      co_return;
+    }
+    http::response<http::string_body> res{static_cast<http::status>(answer.status), 11};
+    if (!answer.location.empty()) res.set(http::field::location, answer.location);
+    res.set(http::field::connection, "close");
+    if (answer.status != 204) res.body() = "answer body";
+    res.prepare_payload();
+    co_await http::async_write(socket, res, net::redirect_error(net::use_awaitable, ec));
+    socket.shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  net::io_context& io_;
+  tcp::acceptor acceptor_;
+  std::vector<Answer> script_;
+};
+
+WebhookReceiver::Answer reply(unsigned status) {
+  WebhookReceiver::Answer answer;
+  answer.status = status;
+  return answer;
+}
+WebhookReceiver::Answer never_reply() {
+  WebhookReceiver::Answer answer;
+  answer.hang = true;
+  return answer;
+}
+WebhookReceiver::Answer redirect(std::string location) {
+  WebhookReceiver::Answer answer;
+  answer.status = 302;
+  answer.location = std::move(location);
+  return answer;
+}
+
+struct DoneCalls {
+  std::vector<std::pair<bool, std::string>> calls;
+  WebhookSender::Done callback() {
+    return [this](bool delivered, std::string why) { calls.emplace_back(delivered, std::move(why)); };
+  }
+};
+
+// A port on 127.0.0.1 that nothing listens on (bound for a moment to pick it).
+unsigned short closed_port(net::io_context& io) {
+  tcp::acceptor probe(io, tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), 0));
+  const unsigned short port = probe.local_endpoint().port();
+  probe.close();
+  return port;
+}
+
+class WebhookSenderTest : public ::testing::Test {
+ protected:
+  // Turns the loop until `condition` holds or `limit` passes; false if it never held.
+  bool run_until(const std::function<bool()>& condition, std::chrono::milliseconds limit = 10s) {
+    const auto deadline = Clock::now() + limit;
+    while (!condition()) {
+      if (io_.run_one_until(deadline) == 0) {
+        if (io_.stopped()) io_.restart();
+        return condition();
+      }
+    }
+    return true;
+  }
+
+  static WebhookSender::Options fast() {
+    WebhookSender::Options options;
+    options.timeout = 2s;
+    options.first_backoff = 20ms;
+    options.max_backoff = 500ms;
+    return options;
+  }
+
+  net::io_context io_;
+};
+
+TEST_F(WebhookSenderTest, PostsTheBodyOnceAndCountsA2xxAsDelivered) {
+  WebhookReceiver receiver(io_, {reply(204)});
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  const std::string body = R"({"event":"balance_low","user":"u1","balance":"1.00"})";
+  sender.deliver(receiver.url(), body, done.callback());
+  EXPECT_EQ(sender.pending(), 1u);
+  EXPECT_TRUE(done.calls.empty()) << "done is never called from inside deliver()";
+
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_EQ(done.calls[0], std::make_pair(true, std::string("HTTP 204")));
+  ASSERT_EQ(receiver.requests.size(), 1u);
+  const auto& req = receiver.requests[0];
+  EXPECT_EQ(req.method, "POST");
+  EXPECT_EQ(req.target, "/hook?user=u1");
+  EXPECT_EQ(req.host, "127.0.0.1:" + std::to_string(receiver.port()));
+  EXPECT_EQ(req.content_type, "application/json");
+  EXPECT_EQ(req.user_agent, "gpucloud-webhook/1");
+  EXPECT_EQ(req.body, body);
+  EXPECT_EQ(receiver.connections, 1);
+  EXPECT_EQ(sender.pending(), 0u);
+  EXPECT_EQ(done.calls.size(), 1u);
+}
+
+TEST_F(WebhookSenderTest, RetriesFiveHundredsWithGrowingBackoffThenDelivers) {
+  WebhookReceiver receiver(io_, {reply(500), reply(503), reply(200)});
+  auto options = fast();
+  options.first_backoff = 50ms;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_EQ(done.calls[0], std::make_pair(true, std::string("HTTP 200")));
+  ASSERT_EQ(receiver.requests.size(), 3u);
+  EXPECT_GE(receiver.requests[1].at - receiver.requests[0].at, 50ms);
+  EXPECT_GE(receiver.requests[2].at - receiver.requests[1].at, 100ms) << "the backoff doubles";
+  for (const auto& req : receiver.requests) EXPECT_EQ(req.body, "{}");
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, RetriesA429) {
+  WebhookReceiver receiver(io_, {reply(429), reply(200)});
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_TRUE(done.calls[0].first);
+  EXPECT_EQ(receiver.requests.size(), 2u);
+}
+
+TEST_F(WebhookSenderTest, GivesUpAfterMaxAttempts) {
+  WebhookReceiver receiver(io_, {reply(502)});
+  auto options = fast();
+  options.max_attempts = 3;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_EQ(done.calls[0].second, "HTTP 502 (after 3 attempts)");
+  EXPECT_EQ(receiver.requests.size(), 3u);
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, DoesNotRetryA4xx) {
+  WebhookReceiver receiver(io_, {reply(404), reply(200)});
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_EQ(done.calls[0], std::make_pair(false, std::string("HTTP 404")));
+  EXPECT_EQ(receiver.requests.size(), 1u);
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, DoesNotFollowARedirect) {
+  WebhookReceiver elsewhere(io_, {reply(200)});
+  WebhookReceiver receiver(io_, {redirect(elsewhere.url())});
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("302"));
+  EXPECT_THAT(done.calls[0].second, HasSubstr("redirects are not followed"));
+  EXPECT_EQ(receiver.requests.size(), 1u) << "a redirect is not retried either";
+  EXPECT_EQ(elsewhere.connections, 0);
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, TimesOutAReceiverThatNeverAnswers) {
+  WebhookReceiver receiver(io_, {never_reply()});
+  auto options = fast();
+  options.timeout = 200ms;
+  options.max_attempts = 1;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  const auto start = Clock::now();
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }, 5s));
+  const auto took = Clock::now() - start;
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("timed out"));
+  EXPECT_GE(took, 200ms);
+  EXPECT_LT(took, 2s);
+  EXPECT_EQ(receiver.requests.size(), 1u);
+  ASSERT_TRUE(run_until([&] { return receiver.held_closed == 1; })) << "the sender hung up";
+}
+
+TEST_F(WebhookSenderTest, RetriesATimeout) {
+  WebhookReceiver receiver(io_, {never_reply(), reply(200)});
+  auto options = fast();
+  options.timeout = 200ms;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_TRUE(done.calls[0].first);
+  EXPECT_EQ(receiver.requests.size(), 2u);
+}
+
+TEST_F(WebhookSenderTest, RetriesWhenNothingListens) {
+  auto options = fast();
+  options.max_attempts = 3;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver("http://127.0.0.1:" + std::to_string(closed_port(io_)) + "/", "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("connecting"));
+  EXPECT_THAT(done.calls[0].second, HasSubstr("after 3 attempts"));
+}
+
+TEST_F(WebhookSenderTest, RefusesLoopbackWithoutAllowPrivateAndNeverConnects) {
+  WebhookReceiver receiver(io_, {reply(200)});
+  WebhookSender sender(io_.get_executor(), false);  // the real options: no retry may hide here
+  DoneCalls literal;
+  sender.deliver(receiver.url(), "{}", literal.callback());
+  EXPECT_TRUE(literal.calls.empty());
+  ASSERT_TRUE(run_until([&] { return !literal.calls.empty(); }));
+  EXPECT_FALSE(literal.calls[0].first);
+  EXPECT_THAT(literal.calls[0].second, StartsWith("webhook_url: 127.0.0.1 is a loopback address"));
+
+  // A name is checked after it resolves, on every address it resolves to.
+  DoneCalls named;
+  sender.deliver(receiver.url("localhost"), "{}", named.callback());
+  ASSERT_TRUE(run_until([&] { return !named.calls.empty(); }));
+  EXPECT_FALSE(named.calls[0].first);
+  EXPECT_THAT(named.calls[0].second, StartsWith("webhook_url: localhost resolves to "));
+  EXPECT_THAT(named.calls[0].second, HasSubstr("loopback"));
+  EXPECT_EQ(receiver.connections, 0);
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, ResolvesNamesWhenPrivateTargetsAreAllowed) {
+  WebhookReceiver receiver(io_, {reply(200)});
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  sender.deliver(receiver.url("localhost"), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_TRUE(done.calls[0].first) << done.calls[0].second;
+  ASSERT_EQ(receiver.requests.size(), 1u);
+  EXPECT_EQ(receiver.requests[0].host, "localhost:" + std::to_string(receiver.port()));
+}
+
+TEST_F(WebhookSenderTest, RefusesABadUrlLaterOnTheLoop) {
+  WebhookSender sender(io_.get_executor(), true, fast());
+  DoneCalls done;
+  sender.deliver("https://example.com/", "{}", done.callback());
+  EXPECT_TRUE(done.calls.empty());
+  EXPECT_EQ(sender.pending(), 0u);
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, StartsWith("webhook_url: https is not supported"));
+}
+
+TEST_F(WebhookSenderTest, KeepsAtMostMaxInFlightAndStartsTheRestAsSlotsFree) {
+  // The first two hold their connection until the sender times out; the rest are answered.
+  WebhookReceiver receiver(io_, {never_reply(), never_reply(), reply(200)});
+  auto options = fast();
+  options.timeout = 300ms;
+  options.max_attempts = 1;
+  options.max_in_flight = 2;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  std::size_t most_in_flight = 0;
+  for (int i = 0; i < 5; ++i) {
+    sender.deliver(receiver.url(), "{\"n\":" + std::to_string(i) + "}",
+                   [&, cb = done.callback()](bool delivered, std::string why) {
+                     most_in_flight = std::max(most_in_flight, sender.in_flight());
+                     cb(delivered, std::move(why));
+                   });
+  }
+  EXPECT_EQ(sender.in_flight(), 2u);
+  EXPECT_EQ(sender.pending(), 5u);
+  ASSERT_TRUE(run_until([&] { return done.calls.size() == 5; }));
+  EXPECT_LE(most_in_flight, 2u);
+  EXPECT_EQ(receiver.connections, 5);
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_FALSE(done.calls[1].first);
+  for (int i = 2; i < 5; ++i) EXPECT_TRUE(done.calls[i].first) << i;
+  std::vector<std::string> bodies;
+  for (const auto& req : receiver.requests) bodies.push_back(req.body);
+  EXPECT_THAT(bodies, ::testing::UnorderedElementsAre(R"({"n":0})", R"({"n":1})", R"({"n":2})",
+                                                      R"({"n":3})", R"({"n":4})"));
+  EXPECT_EQ(sender.pending(), 0u);
+}
+
+TEST_F(WebhookSenderTest, DropsTheOldestWaitingPastMaxQueued) {
+  WebhookReceiver receiver(io_, {never_reply()});
+  auto options = fast();
+  options.max_in_flight = 1;
+  options.max_queued = 2;
+  WebhookSender sender(io_.get_executor(), true, options);
+  std::vector<DoneCalls> done(4);
+  for (auto& d : done) sender.deliver(receiver.url(), "{}", d.callback());
+  // #0 is in flight, #1 was the oldest waiting when #3 came.
+  EXPECT_EQ(sender.pending(), 3u);
+  EXPECT_EQ(sender.in_flight(), 1u);
+  ASSERT_TRUE(run_until([&] { return !done[1].calls.empty(); }));
+  EXPECT_FALSE(done[1].calls[0].first);
+  EXPECT_THAT(done[1].calls[0].second, HasSubstr("dropped"));
+  EXPECT_TRUE(done[0].calls.empty());
+  EXPECT_TRUE(done[2].calls.empty());
+  EXPECT_TRUE(done[3].calls.empty());
+}
+
+TEST_F(WebhookSenderTest, StopCancelsEverythingAndCallsNoDone) {
+  WebhookReceiver receiver(io_, {never_reply()});
+  auto options = fast();
+  options.first_backoff = 10min;
+  auto sender = std::make_unique<WebhookSender>(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender->deliver(receiver.url(), "{}", done.callback());  // held by the receiver
+  sender->deliver("http://127.0.0.1:" + std::to_string(closed_port(io_)) + "/", "{}",
+                  done.callback());  // refused, then waits 10 minutes to retry
+  ASSERT_TRUE(run_until([&] { return receiver.requests.size() == 1 && sender->in_flight() == 1; }));
+  ASSERT_EQ(sender->pending(), 2u);
+  sender->deliver("ftp://example.com/", "{}", done.callback());  // its done is posted
+
+  sender->stop();
+  EXPECT_EQ(sender->pending(), 0u);
+  sender.reset();  // destroyed right after stop(), with completions still queued
+  ASSERT_TRUE(run_until([&] { return receiver.held_closed == 1; })) << "the in-flight socket closed";
+  // Every cancelled completion is ready to run: poll runs them all without waiting.
+  while (io_.poll() != 0) {
+  }
+  EXPECT_TRUE(done.calls.empty());
+}
+
+TEST_F(WebhookSenderTest, DestroyingWithoutStopStops) {
+  WebhookReceiver receiver(io_, {never_reply()});
+  DoneCalls done;
+  {
+    WebhookSender sender(io_.get_executor(), true, fast());
+    sender.deliver(receiver.url(), "{}", done.callback());
+    ASSERT_TRUE(run_until([&] { return receiver.requests.size() == 1; }));
+  }
+  ASSERT_TRUE(run_until([&] { return receiver.held_closed == 1; }));
+  EXPECT_TRUE(done.calls.empty());
 }
 
 }  // namespace
