@@ -5,6 +5,7 @@
 #include <cctype>
 #include <exception>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -13,6 +14,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -152,8 +156,8 @@ Result<WebhookUrl> parse_webhook_url(std::string_view url, bool allow_private) {
              return std::tolower(static_cast<unsigned char>(a)) == b;
            });
   };
-  if (scheme_is("https")) return url_error("https is not supported yet; only http:// URLs are");
-  if (!scheme_is("http")) return url_error("the scheme must be http");
+  const bool tls = scheme_is("https");
+  if (!tls && !scheme_is("http")) return url_error("the scheme must be http or https");
   std::string_view rest = url.substr(colon + 1);
   if (rest.substr(0, 2) != "//") return url_error("has no host");
   rest.remove_prefix(2);
@@ -182,6 +186,8 @@ Result<WebhookUrl> parse_webhook_url(std::string_view url, bool allow_private) {
   if (host.empty()) return url_error("has no host");
 
   WebhookUrl out;
+  out.tls = tls;
+  out.port = tls ? 443 : 80;
   if (!port.empty()) {
     if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
           return std::isdigit(static_cast<unsigned char>(c));
@@ -243,14 +249,16 @@ struct Delivery {
 // The I/O objects of one attempt, shared by its coroutine and the deadline that cuts it off.
 struct Attempt {
   explicit Attempt(const net::any_io_executor& executor)
-      : resolver(executor), socket(executor), deadline(executor) {}
+      : resolver(executor), plain(executor), deadline(executor) {}
+  tcp::socket& socket() { return tls ? tls->next_layer() : plain; }
   void abort_io() {
     boost::system::error_code ignored;
     resolver.cancel();
-    socket.close(ignored);
+    socket().close(ignored);
   }
   tcp::resolver resolver;
-  tcp::socket socket;
+  tcp::socket plain;                                  // http
+  std::optional<net::ssl::stream<tcp::socket>> tls;  // https: the socket is its next layer
   net::steady_timer deadline;
   bool timed_out = false;
 };
@@ -271,6 +279,8 @@ struct SenderState {
   net::any_io_executor executor;
   bool allow_private = false;
   WebhookSender::Options options;
+  std::unique_ptr<net::ssl::context> tls_context;  // null if it could not be made
+  std::string tls_error;                           // why not
   bool stopped = false;
   std::uint64_t next_id = 1;
   std::map<std::uint64_t, std::shared_ptr<Delivery>> waiting;  // by id: oldest first
@@ -291,8 +301,34 @@ std::string target_name(const WebhookUrl& url) {
 std::string host_header(const WebhookUrl& url) {
   const bool v6 = url.literal_address && url.host.find(':') != std::string::npos;
   std::string host = v6 ? "[" + url.host + "]" : url.host;
-  if (url.port != 80) host += ":" + std::to_string(url.port);
+  if (url.port != (url.tls ? 443 : 80)) host += ":" + std::to_string(url.port);
   return host;
+}
+
+// One client context for every https attempt: the system's CA store plus extra_ca_pem,
+// TLS 1.2 at least, peers verified (the name is checked per connection).
+std::unique_ptr<net::ssl::context> make_tls_context(const std::string& extra_ca_pem,
+                                                    std::string& error) {
+  std::unique_ptr<net::ssl::context> context;
+  try {
+    context = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+  } catch (const std::exception& e) {
+    error = e.what();
+    return nullptr;
+  }
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  context->set_verify_mode(net::ssl::verify_peer);
+  boost::system::error_code ec;
+  context->set_default_verify_paths(ec);
+  if (ec) spdlog::warn(R"({{"event":"webhook_tls_no_system_cas","why":"{}"}})", ec.message());
+  if (!extra_ca_pem.empty()) {
+    context->add_certificate_authority(net::buffer(extra_ca_pem), ec);
+    if (ec) {
+      error = "extra_ca_pem: " + ec.message();
+      return nullptr;
+    }
+  }
+  return context;
 }
 
 void call_done(WebhookSender::Done& done, bool delivered, std::string why) {
@@ -360,6 +396,11 @@ Outcome transport_failure(const Attempt& attempt, std::string_view step,
   return {Outcome::Kind::retry, std::string(step) + ": " + ec.message(), {}};
 }
 
+template <class Stream>
+net::awaitable<Outcome> exchange(Stream& stream, std::shared_ptr<State> state,
+                                 std::shared_ptr<Delivery> delivery,
+                                 std::shared_ptr<Attempt> attempt);
+
 // One attempt: resolve, check every address, connect to a checked one, POST, read the
 // status line. Cut off as a whole by attempt->deadline.
 net::awaitable<Outcome> run_attempt(std::shared_ptr<State> state,
@@ -401,11 +442,17 @@ net::awaitable<Outcome> run_attempt(std::shared_ptr<State> state,
     }
   }
 
+  if (url.tls) {
+    if (!state->tls_context) {
+      co_return Outcome{Outcome::Kind::final, "https is unavailable: " + state->tls_error, {}};
+    }
+    attempt->tls.emplace(state->executor, *state->tls_context);
+  }
   bool connected = false;
   for (const auto& endpoint : endpoints) {
     boost::system::error_code ignored;
-    attempt->socket.close(ignored);
-    co_await attempt->socket.async_connect(endpoint, net::redirect_error(net::use_awaitable, ec));
+    attempt->socket().close(ignored);
+    co_await attempt->socket().async_connect(endpoint, net::redirect_error(net::use_awaitable, ec));
     if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
     if (!ec) {
       connected = true;
@@ -414,7 +461,28 @@ net::awaitable<Outcome> run_attempt(std::shared_ptr<State> state,
     if (attempt->timed_out) break;
   }
   if (!connected) co_return transport_failure(*attempt, "connecting", ec);
+  if (!url.tls) co_return co_await exchange(attempt->plain, state, delivery, attempt);
 
+  auto& stream = *attempt->tls;
+  std::string name = url.host;  // the name the certificate must carry, without a root dot
+  if (!name.empty() && name.back() == '.') name.pop_back();
+  if (!url.literal_address) SSL_set_tlsext_host_name(stream.native_handle(), name.c_str());
+  stream.set_verify_callback(net::ssl::host_name_verification(name));
+  const auto role = net::ssl::stream_base::client;
+  co_await stream.async_handshake(role, net::redirect_error(net::use_awaitable, ec));
+  if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
+  if (ec) co_return transport_failure(*attempt, "TLS handshake", ec);
+  co_return co_await exchange(stream, state, delivery, attempt);
+}
+
+// The request and the answer's status line, on a connected (and for https, handshaken)
+// stream; no TLS close_notify: the status is all that is wanted, and the socket closes.
+template <class Stream>
+net::awaitable<Outcome> exchange(Stream& stream, std::shared_ptr<State> state,
+                                 std::shared_ptr<Delivery> delivery,
+                                 std::shared_ptr<Attempt> attempt) {
+  const WebhookUrl& url = delivery->url;
+  boost::system::error_code ec;
   http::request<http::string_body> request{http::verb::post, url.target, 11};
   request.set(http::field::host, host_header(url));
   request.set(http::field::user_agent, "gpucloud-webhook/1");
@@ -422,21 +490,21 @@ net::awaitable<Outcome> run_attempt(std::shared_ptr<State> state,
   request.set(http::field::connection, "close");
   request.body() = delivery->body;
   request.prepare_payload();
-  co_await http::async_write(attempt->socket, request, net::redirect_error(net::use_awaitable, ec));
+  co_await http::async_write(stream, request, net::redirect_error(net::use_awaitable, ec));
   if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
   if (ec) co_return transport_failure(*attempt, "sending", ec);
 
   // The status line decides; the answer's body is never read.
   boost::beast::flat_buffer buffer;
   http::response_parser<http::empty_body> parser;
-  co_await http::async_read_header(attempt->socket, buffer, parser,
+  co_await http::async_read_header(stream, buffer, parser,
                                    net::redirect_error(net::use_awaitable, ec));
   if (state->stopped) co_return Outcome{Outcome::Kind::stopped, {}, {}};
   attempt->deadline.cancel();
   if (ec) co_return transport_failure(*attempt, "reading the answer", ec);
   boost::system::error_code ignored;
-  attempt->socket.shutdown(tcp::socket::shutdown_both, ignored);
-  attempt->socket.close(ignored);
+  attempt->socket().shutdown(tcp::socket::shutdown_both, ignored);
+  attempt->socket().close(ignored);
 
   const unsigned status = parser.get().result_int();
   std::string why = "HTTP " + std::to_string(status);
@@ -532,6 +600,11 @@ WebhookSender::WebhookSender(net::any_io_executor executor, bool allow_private, 
   state_->options = options;
   state_->options.max_attempts = std::max(state_->options.max_attempts, 1);
   state_->options.max_in_flight = std::max<std::size_t>(state_->options.max_in_flight, 1);
+  state_->tls_context =
+      webhook_detail::make_tls_context(state_->options.extra_ca_pem, state_->tls_error);
+  if (!state_->tls_context) {
+    spdlog::error(R"({{"event":"webhook_tls_unavailable","why":"{}"}})", state_->tls_error);
+  }
 }
 
 WebhookSender::~WebhookSender() { stop(); }

@@ -5,9 +5,8 @@
 // multicast) are refused unless `[alerts] allow_private_webhook_targets` is set: both when
 // the URL is a literal address and for every address its host resolves to. The checked
 // address is the one connected to (no second lookup a rebinding DNS server could answer
-// differently), and redirects are never followed (a 3xx could point anywhere).
-//
-// Only http:// for now; https:// is refused with a message saying so.
+// differently), and redirects are never followed (a 3xx could point anywhere). https:// is
+// verified against the system's CA store (and Options::extra_ca_pem) and the URL's host.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,9 +28,10 @@ struct SenderState;
 
 struct WebhookUrl {
   std::string host;         // lower-cased name, or a literal address (IPv6 without brackets)
-  std::uint16_t port = 80;  // the URL's, else the scheme's default
+  std::uint16_t port = 80;  // the URL's, else the scheme's default (80, 443)
   std::string target;       // path and query as written ("/" when empty); no fragment
   bool literal_address = false;  // host is an IP literal, not a name to resolve
+  bool tls = false;              // https
 };
 
 inline constexpr std::size_t kMaxWebhookUrlLength = 2048;
@@ -48,18 +48,22 @@ std::string_view refused_address_kind(const boost::asio::ip::address& address);
 // Delivers webhooks on one executor (the daemon's event loop). Every member function must
 // be called on that executor's thread; `done` is called there too, never from inside
 // deliver(). After stop() (or the destructor) nothing more is sent and no `done` is called,
-// so a caller need not keep anything alive for the sender past stop().
+// so a caller need not keep anything alive for the sender past stop(). The constructor loads
+// the system's CA certificates for https (tens of milliseconds): make one sender at start-up.
 class WebhookSender {
  public:
   struct Options {
-    std::chrono::milliseconds timeout{5'000};  // one attempt: resolve + connect + write + read
+    std::chrono::milliseconds timeout{5'000};  // one attempt: resolve, connect, TLS, write, read
     int max_attempts = 8;
     std::chrono::milliseconds first_backoff{2'000};  // doubled after each failed attempt
     std::chrono::milliseconds max_backoff{300'000};
     std::size_t max_queued = 1'000;  // waiting (for a slot or a retry); past it the oldest goes
     std::size_t max_in_flight = 8;
+    // PEM certificates trusted for https besides the system's (a private CA; tests).
+    std::string extra_ca_pem;
   };
-  // delivered: a 2xx answer. why: "HTTP 204", or what went wrong (never the body).
+  // delivered: a 2xx answer. why: "HTTP 204", or what went wrong ("HTTP 503 (after 8
+  // attempts)", "timed out connecting", "dropped: ...", a "webhook_url: ..." refusal).
   using Done = std::function<void(bool delivered, std::string why)>;
 
   WebhookSender(boost::asio::any_io_executor executor, bool allow_private);

@@ -1,5 +1,5 @@
 // Webhook URLs (every refused range, literals, ports, schemes) and WebhookSender against a
-// real HTTP receiver on 127.0.0.1, on the test's own loop: nothing leaves the machine.
+// real HTTP(S) receiver on 127.0.0.1, on the test's own loop: nothing leaves the machine.
 #include "billing/webhook_sender.h"
 
 #include <gmock/gmock.h>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
@@ -55,6 +56,13 @@ TEST(WebhookUrlTest, TakesHostPortAndPathWithQuery) {
   ASSERT_TRUE(query_only);
   EXPECT_EQ(query_only->target, "/?a=1");
 
+  auto https = parse_webhook_url("https://example.com/h", false);
+  ASSERT_TRUE(https) << https.error().detail;
+  EXPECT_TRUE(https->tls);
+  EXPECT_EQ(https->port, 443);
+  EXPECT_FALSE(bare->tls);
+  EXPECT_EQ(parse_webhook_url("HTTPS://example.com:8443", false)->port, 8443);
+
   auto public_v4 = parse_webhook_url("http://93.184.216.34/h", false);
   ASSERT_TRUE(public_v4);
   EXPECT_TRUE(public_v4->literal_address);
@@ -92,8 +100,7 @@ TEST(WebhookUrlTest, Ports) {
 }
 
 TEST(WebhookUrlTest, RefusesOtherSchemesAndUserinfo) {
-  expect_refused("https://example.com/", false, "only http:// URLs");
-  expect_refused("ftp://example.com/", false, "scheme must be http");
+  expect_refused("ftp://example.com/", false, "scheme must be http or https");
   expect_refused("file:///etc/passwd", false, "");
   expect_refused("gopher://example.com/", true, "scheme must be http");
   expect_refused("mailto:a@example.com", false, "");
@@ -156,6 +163,7 @@ TEST(WebhookUrlTest, RefusesEveryPrivateRangeUnlessAllowed) {
   for (const auto& [host, kind] : refused) {
     const std::string url = "http://" + host + ":8080/hook";
     expect_refused(url, false, kind);
+    expect_refused("https://" + host + "/", false, kind);
     EXPECT_TRUE(parse_webhook_url(url, true)) << url << " with allow_private";
   }
   // Just outside each range.
@@ -215,8 +223,10 @@ class WebhookReceiver {
     bool hang = false;
   };
 
-  WebhookReceiver(net::io_context& io, std::vector<Answer> script)
-      : io_(io), acceptor_(io), script_(std::move(script)) {
+  // With `tls`, connections are TLS with that server context.
+  WebhookReceiver(net::io_context& io, std::vector<Answer> script,
+                  net::ssl::context* tls = nullptr)
+      : io_(io), acceptor_(io), script_(std::move(script)), tls_(tls) {
     acceptor_.open(tcp::v4());
     acceptor_.set_option(net::socket_base::reuse_address(true));
     acceptor_.bind(tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), 0));
@@ -230,12 +240,14 @@ class WebhookReceiver {
 
   unsigned short port() const { return acceptor_.local_endpoint().port(); }
   std::string url(const std::string& host = "127.0.0.1") const {
-    return "http://" + host + ":" + std::to_string(port()) + "/hook?user=u1";
+    return std::string(tls_ ? "https" : "http") + "://" + host + ":" + std::to_string(port()) +
+           "/hook?user=u1";
   }
 
   std::vector<ReceivedRequest> requests;
   int connections = 0;   // accepted
   int held_closed = 0;   // held connections the client closed
+  int tls_failures = 0;  // handshakes that failed (the client refused the certificate)
 
  private:
   const Answer& next_answer() {
@@ -254,6 +266,23 @@ class WebhookReceiver {
   }
 
   static net::awaitable<void> serve(WebhookReceiver* self, tcp::socket socket) {
+    if (!self->tls_) {
+      co_await answer(self, socket);
+      co_return;
+    }
+    net::ssl::stream<tcp::socket> stream(std::move(socket), *self->tls_);
+    boost::system::error_code ec;
+    const auto role = net::ssl::stream_base::server;
+    co_await stream.async_handshake(role, net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      ++self->tls_failures;
+      co_return;
+    }
+    co_await answer(self, stream);
+  }
+
+  template <class Stream>
+  static net::awaitable<void> answer(WebhookReceiver* self, Stream& socket) {
     boost::system::error_code ec;
     boost::beast::flat_buffer buffer;
     http::request<http::string_body> req;
@@ -277,13 +306,44 @@ class WebhookReceiver {
     if (answer.status != 204) res.body() = "answer body";
     res.prepare_payload();
     co_await http::async_write(socket, res, net::redirect_error(net::use_awaitable, ec));
-    socket.shutdown(tcp::socket::shutdown_send, ec);
+    boost::beast::get_lowest_layer(socket).shutdown(tcp::socket::shutdown_send, ec);
   }
 
   net::io_context& io_;
   tcp::acceptor acceptor_;
   std::vector<Answer> script_;
+  net::ssl::context* tls_;
 };
+
+// A self-signed certificate for IP 127.0.0.1 only (no names), valid 2000-2100, and its
+// key: made for these tests and trusted nowhere else.
+constexpr const char* kTestCertificate = R"(-----BEGIN CERTIFICATE-----
+MIIBmjCCAT+gAwIBAgIBATAKBggqhkjOPQQDAjAgMR4wHAYDVQQDDBVncHVjbG91
+ZC13ZWJob29rLXRlc3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBa
+MCAxHjAcBgNVBAMMFWdwdWNsb3VkLXdlYmhvb2stdGVzdDBZMBMGByqGSM49AgEG
+CCqGSM49AwEHA0IABOlS4tLUE1lZY4NIotHVp6bqUk/rfJst+5x9YslBcr1iOW8Z
+SDIteZGJ8KscLsVOtf63A0rTx357ntE83I7WvvqjaDBmMA8GA1UdEwEB/wQFMAMB
+Af8wDwYDVR0RBAgwBocEfwAAATAOBgNVHQ8BAf8EBAMCAoQwEwYDVR0lBAwwCgYI
+KwYBBQUHAwEwHQYDVR0OBBYEFAToqicNDawiGLEPDUUfK/VJCE+RMAoGCCqGSM49
+BAMCA0kAMEYCIQDfWTKls91ZtyO1x+cbwsl/NG3/4tCKLbjRVIDHtipqzgIhAJhR
+esMb3TDwhGlmaUj5cYYzckpmIu0B8mE04VfwWKw7
+-----END CERTIFICATE-----
+)";
+constexpr const char* kTestKey = R"(-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg13+kzXlL69uBLH2A
+sjgxdKNE7RO9SJ4jJXeL8HGR6OqhRANCAATpUuLS1BNZWWODSKLR1aem6lJP63yb
+LfucfWLJQXK9YjlvGUgyLXmRifCrHC7FTrX+twNK08d+e57RPNyO1r76
+-----END PRIVATE KEY-----
+)";
+
+std::unique_ptr<net::ssl::context> test_server_context() {
+  auto context = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  const std::string certificate = kTestCertificate;
+  const std::string key = kTestKey;
+  context->use_certificate_chain(net::buffer(certificate));
+  context->use_private_key(net::buffer(key), net::ssl::context::pem);
+  return context;
+}
 
 WebhookReceiver::Answer reply(unsigned status) {
   WebhookReceiver::Answer answer;
@@ -508,15 +568,77 @@ TEST_F(WebhookSenderTest, ResolvesNamesWhenPrivateTargetsAreAllowed) {
   EXPECT_EQ(receiver.requests[0].host, "localhost:" + std::to_string(receiver.port()));
 }
 
+TEST_F(WebhookSenderTest, HttpsDeliversToATrustedCertificate) {
+  auto server = test_server_context();
+  WebhookReceiver receiver(io_, {reply(200)}, server.get());
+  auto options = fast();
+  options.extra_ca_pem = kTestCertificate;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  const std::string body = R"({"event":"balance_low"})";
+  sender.deliver(receiver.url(), body, done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_EQ(done.calls[0], std::make_pair(true, std::string("HTTP 200")));
+  ASSERT_EQ(receiver.requests.size(), 1u);
+  EXPECT_EQ(receiver.requests[0].body, body);
+  EXPECT_EQ(receiver.requests[0].host, "127.0.0.1:" + std::to_string(receiver.port()));
+  EXPECT_EQ(receiver.requests[0].target, "/hook?user=u1");
+}
+
+TEST_F(WebhookSenderTest, HttpsRefusesAnUntrustedCertificate) {
+  auto server = test_server_context();
+  WebhookReceiver receiver(io_, {reply(200)}, server.get());
+  auto options = fast();
+  options.max_attempts = 1;
+  WebhookSender sender(io_.get_executor(), true, options);  // the system's CAs only
+  DoneCalls done;
+  sender.deliver(receiver.url(), "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("TLS handshake"));
+  EXPECT_THAT(done.calls[0].second, HasSubstr("certificate verify failed"));
+  EXPECT_TRUE(receiver.requests.empty()) << "nothing is sent to an unverified peer";
+}
+
+TEST_F(WebhookSenderTest, HttpsChecksTheCertificateIsForTheUrlsHost) {
+  auto server = test_server_context();
+  WebhookReceiver receiver(io_, {reply(200)}, server.get());
+  auto options = fast();
+  options.max_attempts = 1;
+  options.extra_ca_pem = kTestCertificate;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver(receiver.url("localhost"), "{}", done.callback());  // the cert names only 127.0.0.1
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("certificate verify failed"));
+  EXPECT_TRUE(receiver.requests.empty());
+}
+
+TEST_F(WebhookSenderTest, HttpsTimesOutAStalledHandshake) {
+  // Never accepted: the kernel completes the TCP handshake, and nothing ever answers.
+  tcp::acceptor silent(io_, tcp::endpoint(net::ip::make_address_v4("127.0.0.1"), 0));
+  auto options = fast();
+  options.timeout = 200ms;
+  options.max_attempts = 1;
+  WebhookSender sender(io_.get_executor(), true, options);
+  DoneCalls done;
+  sender.deliver("https://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/",
+                 "{}", done.callback());
+  ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }, 5s));
+  EXPECT_FALSE(done.calls[0].first);
+  EXPECT_THAT(done.calls[0].second, HasSubstr("timed out TLS handshake"));
+}
+
 TEST_F(WebhookSenderTest, RefusesABadUrlLaterOnTheLoop) {
   WebhookSender sender(io_.get_executor(), true, fast());
   DoneCalls done;
-  sender.deliver("https://example.com/", "{}", done.callback());
+  sender.deliver("ftp://example.com/", "{}", done.callback());
   EXPECT_TRUE(done.calls.empty());
   EXPECT_EQ(sender.pending(), 0u);
   ASSERT_TRUE(run_until([&] { return !done.calls.empty(); }));
   EXPECT_FALSE(done.calls[0].first);
-  EXPECT_THAT(done.calls[0].second, StartsWith("webhook_url: https is not supported"));
+  EXPECT_THAT(done.calls[0].second, StartsWith("webhook_url: the scheme must be"));
 }
 
 TEST_F(WebhookSenderTest, KeepsAtMostMaxInFlightAndStartsTheRestAsSlotsFree) {
