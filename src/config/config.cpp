@@ -101,7 +101,7 @@ class Parser {
     check_keys(root, "",
                {"listen", "data_dir", "currency", "registration", "public_host", "session_ttl",
                 "billing_timezone", "store", "zones", "hosts", "images", "offers",
-                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server"});
+                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing"});
     get_string(root, "", "listen", c.listen);
     get_string(root, "", "data_dir", c.data_dir);
     get_string(root, "", "currency", c.currency);
@@ -148,6 +148,11 @@ class Parser {
       get_int(*t, "quotas", "instances", c.quotas.instances);
       get_int(*t, "quotas", "disk_gib", c.quotas.disk_gib);
       get_int(*t, "quotas", "images", c.quotas.images);
+    }
+    if (const toml::table* t = get_table(root, "", "billing")) {
+      check_keys(*t, "billing", {"signup_credit", "settle_interval"});
+      get_money(*t, "billing", "signup_credit", c.billing.signup_credit);
+      get_duration(*t, "billing", "settle_interval", c.billing.settle_interval);
     }
     if (const toml::table* t = get_table(root, "", "alerts")) {
       check_keys(*t, "alerts", {"allow_private_webhook_targets"});

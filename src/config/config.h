@@ -79,6 +79,11 @@ struct Quotas {
   std::int64_t gpus = 8, instances = 10, disk_gib = 2000, images = 10;
 };
 
+struct Billing {  // added section [billing]
+  std::int64_t signup_credit = 0;           // credited to each new user's account (smallest unit)
+  std::chrono::seconds settle_interval{3600};  // meters settle at least this often (ledger entries)
+};
+
 struct Alerts {
   bool allow_private_webhook_targets = false;
 };
@@ -117,6 +122,7 @@ struct Config {
   NoGpuOffer no_gpu_offer;
   StoragePrices storage_prices;
   Quotas quotas;
+  Billing billing;
   Alerts alerts;
   Policy policy;
   Server server;

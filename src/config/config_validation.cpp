@@ -143,6 +143,8 @@ void check_top_level(const Config& c, Checker& k) {
     k.error("public_host", quote_for_message(c.public_host) + " is not a host name or address (users SSH to it)");
   }
   k.positive("session_ttl", c.session_ttl);
+  k.positive("billing.settle_interval", c.billing.settle_interval);
+  if (c.billing.signup_credit < 0) k.error("billing.signup_credit", "must not be negative");
   if (!is_valid_timezone(c.billing_timezone)) {
     k.error("billing_timezone",
             quote_for_message(c.billing_timezone) + R"( is not "UTC" or a time zone under /usr/share/zoneinfo like "Asia/Shanghai")");

@@ -1,11 +1,27 @@
 #include "disks/disk_record.h"
 
+#include "billing/resource_meters.h"
+
 #include "events/events.h"
 
 namespace gpucloud::disks {
 namespace json = boost::json;
 
 namespace {
+
+// Billing follows every write (spec "Billing"): a disk by provisioned size while it is being
+// made, available or attached; a snapshot by its used bytes once taken. The recycle bin
+// does not bill.
+std::optional<std::int64_t> billed_gib(const Disk& d) {
+  if (d.state == DiskState::creating || d.state == DiskState::available || d.state == DiskState::attached)
+    return d.size_gib;
+  return std::nullopt;
+}
+std::optional<std::int64_t> billed_bytes(const Snapshot& s) {
+  if (s.state == SnapshotState::available) return s.used_bytes;
+  return std::nullopt;
+}
+
 
 std::optional<std::int64_t> micros(const std::optional<SysTime>& t) {
   return t ? std::optional(to_unix_micros(*t)) : std::nullopt;
@@ -102,6 +118,7 @@ Status insert_disk(store::Database& db, const Disk& d, const Change& change, Sys
                                            " already exists");
     return s;
   }
+  if (auto b = billing::follow_data_disk(db, d.id, d.owner, billed_gib(d), now); !b) return b;
   return record_change(db, d.id, d.owner, change, now);
 }
 
@@ -201,6 +218,7 @@ Status update_disk(store::Database& db, const Disk& loaded, Disk& next, const Ch
     std::string state = now_row && *now_row ? std::string(to_string((*now_row)->state)) : "gone";
     return fail(ErrorCode::conflict, "the disk changed meanwhile (it is " + state + "); try again");
   }
+  if (auto b = billing::follow_data_disk(db, loaded.id, loaded.owner, billed_gib(next), now); !b) return b;
   return record_change(db, loaded.id, loaded.owner, change, now);
 }
 
@@ -240,6 +258,7 @@ Status insert_snapshot(store::Database& db, const Snapshot& s, const Change& cha
       return fail(ErrorCode::conflict, "you already have a snapshot named " + s.name);
     return r;
   }
+  if (auto b = billing::follow_snapshot(db, s.id, s.owner, billed_bytes(s), now); !b) return b;
   return record_change(db, s.id, s.owner, change, now);
 }
 
@@ -326,6 +345,7 @@ Status update_snapshot(store::Database& db, const Snapshot& loaded, Snapshot& ne
     return s;
   }
   if (db.changes() == 0) return fail(ErrorCode::conflict, "the snapshot changed meanwhile; try again");
+  if (auto b = billing::follow_snapshot(db, loaded.id, loaded.owner, billed_bytes(next), now); !b) return b;
   return record_change(db, loaded.id, loaded.owner, change, now);
 }
 

@@ -1,5 +1,7 @@
 #include "disks/disk_service.h"
 
+#include "billing/resource_meters.h"
+
 #include <exception>
 
 #include <boost/asio.hpp>
@@ -363,17 +365,25 @@ asio::awaitable<void> DiskService::refresh_usage() {
     if (disk_used.empty() && snapshot_used.empty()) continue;
     // Only a number that changed is written, without an event and without moving the
     // generation (usage is an observation, not a change the agent must follow).
-    auto record = [disk_used, snapshot_used](store::Database& db) -> Status {
+    const SysTime now = clock_.now();
+    auto record = [disk_used, snapshot_used, now](store::Database& db) -> Status {
       for (const auto& [id, used] : disk_used)
         if (auto s = db.run("UPDATE disks SET used_bytes = ? WHERE id = ? AND used_bytes != ? AND state != 'destroyed'",
                             {used, id, used});
             !s)
           return s;
-      for (const auto& [id, used] : snapshot_used)
+      for (const auto& [id, used] : snapshot_used) {
         if (auto s = db.run("UPDATE snapshots SET used_bytes = ? WHERE id = ? AND used_bytes != ? AND state != 'destroyed'",
                             {used, id, used});
             !s)
           return s;
+        if (db.changes() == 0) continue;
+        // A snapshot bills by what it holds: its meter follows the new size.
+        auto snap = load_snapshot(db, id);
+        if (!snap) return fail(snap.error());
+        if (*snap && (*snap)->state == SnapshotState::available)
+          if (auto b = billing::follow_snapshot(db, id, (*snap)->owner, used, now); !b) return b;
+      }
       return ok();
     };
     (void)co_await store_.write(std::move(record));

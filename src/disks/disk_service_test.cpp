@@ -3,6 +3,8 @@
 // recycle bin's clock, and an instance's own disks (made before its container starts, kept
 // or binned at release).
 #include <filesystem>
+
+#include "billing/ledger.h"
 #include <memory>
 
 #include <boost/asio.hpp>
@@ -150,9 +152,11 @@ class DisksTest : public ::testing::Test {
       auto u = auth::create_user(db, "alice", std::nullopt, "x", "user", system_now());
       if (!u) return fail(u.error());
       user_ = u->id;
+      if (auto s = billing::open_account(db, u->id, "alice", 1000000, system_now()); !s) return s;
       auto b = auth::create_user(db, "bob", std::nullopt, "x", "user", system_now());
       if (!b) return fail(b.error());
       bob_ = b->id;
+      if (auto s = billing::open_account(db, b->id, "bob", 1000000, system_now()); !s) return s;
       return ok();
     }));
     clock_ = std::make_unique<PlatformClock>(io_.get_executor(), true, system_now());

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "auth/user_quotas.h"
+#include "billing/affordability.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
@@ -96,6 +97,8 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
+  if (auto s = billing::check_affordable(db, actor.user_id, i.price_per_hour, "one hour of its price", config.currency); !s)
+    return fail(s.error());
   // Existing data disks pin the instance to their host (a disk attaches only on its own host).
   auto disk_host = disks::check_instance_disks(db, config, actor, spec.data_disks);
   if (!disk_host) return fail(disk_host.error());
@@ -120,15 +123,16 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   return reload(db, id);
 }
 
-Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now) {
+Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
+                               const std::string& reason) {
   auto i = find_for(db, actor, id_or_name);
   if (!i) return i;
   // A stop while stopping answers 202; during a restart it also cancels the start that follows.
   if (i->state == S::stopping)
-    return i->state_reason == "restart" ? move(db, *i, Transition{S::stopping, "", {}}, now) : i;
+    return i->state_reason == "restart" ? move(db, *i, Transition{S::stopping, reason, {}}, now) : i;
   if (i->state != S::running)
     return fail(ErrorCode::conflict, "the instance is " + state_name(i->state) + "; only a running instance can stop");
-  return move(db, *i, Transition{S::stopping, "", {}}, now);
+  return move(db, *i, Transition{S::stopping, reason, {}}, now);
 }
 
 Result<Instance> restart_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now) {
@@ -179,6 +183,9 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   next.price_per_hour = hourly_price(*prices, gpu_run ? i.gpu_model : std::nullopt, gpu_run ? i.gpu_count : 0);
+  if (i.billing_mode == "hourly")
+    if (auto s = billing::check_affordable(db, i.owner, next.price_per_hour, "one hour of its price", cfg.currency); !s)
+      return fail(s.error());
   if (auto s = transition(db, i, next, Transition{S::starting, "", {}}, now); !s) return fail(s.error());
   return reload(db, i.id);
 }

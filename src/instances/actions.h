@@ -49,7 +49,9 @@ Result<Instance> find_for(store::Database& db, const Actor& actor, const std::st
 // Quotas, unique name, image, keys, prices, placement, host ports: all or nothing.
 Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& id, const CreateRequest& request, SysTime now);
-Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
+// `reason` is recorded as the state_reason ("arrears", "autostop", "spend_limit"; "" for a user's stop).
+Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
+                               const std::string& reason = "");
 Result<Instance> restart_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
 Result<Instance> start_instance(store::Database& db, const config::Config& config, const Actor& actor,
                                 const std::string& id_or_name, bool no_gpu, SysTime now);

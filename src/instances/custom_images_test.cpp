@@ -3,6 +3,8 @@
 // owner among live images, never a public image's, delete/restore/purge as compare-and-set).
 #include <unistd.h>
 
+#include "billing/ledger.h"
+
 #include <filesystem>
 
 #include <boost/asio/io_context.hpp>
@@ -115,6 +117,7 @@ class CustomImageStoreTest : public ::testing::Test {
         auto u = auth::create_user(db, name, std::nullopt, "x", "user", system_now());
         if (!u) return fail(u.error());
         users_.push_back(u->id);
+        if (auto s = billing::open_account(db, u->id, name, 1000000, system_now()); !s) return s;
       }
       return ok();
     }));

@@ -66,7 +66,7 @@ Result<Image> begin_save_image(store::Database& db, const config::Config& config
 }
 
 Status finish_save_image(store::Database& db, const std::string& image_id, const SaveResult& result, SysTime now) {
-  auto changed = finish_custom_image(db, image_id, result);
+  auto changed = finish_custom_image(db, image_id, result, now);
   if (!changed) return fail(changed.error());
   if (!*changed) return ok();  // a repeat
   auto image = find_image_by_id(db, image_id);
@@ -101,7 +101,7 @@ Result<Image> restore_image(store::Database& db, const config::Config& config, c
   auto current = find_image_for_view(db, actor.user_id, id_or_name);
   if (current && current->deleted_at && now >= purge_due(*current->deleted_at, config.policy.recycle_days))
     return fail(ErrorCode::not_found, "image " + id_or_name + " not found (its time in the recycle bin is over)");
-  auto image = restore_custom_image(db, actor.user_id, id_or_name);
+  auto image = restore_custom_image(db, actor.user_id, id_or_name, now);
   if (!image) return image;
   if (auto s = events::record(db, now, "image.restored", image->id, image->owner, "image " + image->name + " restored",
                               event_data(*image));

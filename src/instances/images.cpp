@@ -1,5 +1,7 @@
 #include "instances/images.h"
 
+#include "billing/resource_meters.h"
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -201,14 +203,21 @@ Status insert_custom_image(store::Database& db, const Image& i) {
                  to_unix_micros(i.created_at), i.host_id, i.source_instance, i.base_image_id});
 }
 
-Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& r) {
+Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& r, SysTime now) {
   Status s = r.ok ? db.run("UPDATE images SET state = 'available', state_reason = '', engine_image = ?, size_bytes = ?, "
                            "own_size_bytes = ? WHERE id = ? AND state = 'creating'",
                            {r.engine_image, r.size_bytes, r.own_size_bytes, id})
                   : db.run("UPDATE images SET state = 'error', state_reason = ? WHERE id = ? AND state = 'creating'",
                            {r.reason, id});
   if (!s) return fail(s.error());
-  return db.changes() == 1;
+  if (db.changes() != 1) return false;
+  if (r.ok) {
+    // A custom image bills for its own layers from the moment it is available.
+    auto image = find_image_by_id(db, id);
+    if (!image) return fail(image.error());
+    if (auto b = billing::follow_image(db, id, image->owner.value_or(""), r.own_size_bytes, now); !b) return fail(b.error());
+  }
+  return true;
 }
 
 namespace {
@@ -235,10 +244,13 @@ Result<Image> delete_custom_image(store::Database& db, const std::string& owner,
       !s)
     return fail(s.error());
   if (db.changes() != 1) return fail(ErrorCode::conflict, "image " + image->name + " changed meanwhile; try again");
+  // Deleting hides it and stops its billing at once (spec "Custom image").
+  if (auto b = billing::follow_image(db, image->id, owner, std::nullopt, now); !b) return fail(b.error());
   return find_image_by_id(db, image->id);
 }
 
-Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name) {
+Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name,
+                                   SysTime now) {
   auto image = own_custom(db, owner, id_or_name, true);
   if (!image) {
     // A live one by that id: restoring it changes nothing.
@@ -255,6 +267,8 @@ Result<Image> restore_custom_image(store::Database& db, const std::string& owner
       !s)
     return fail(s.error());
   if (db.changes() != 1) return fail(ErrorCode::conflict, "image " + image->name + " changed meanwhile; try again");
+  if (state == "available")
+    if (auto b = billing::follow_image(db, image->id, owner, image->own_size_bytes, now); !b) return fail(b.error());
   return find_image_by_id(db, image->id);
 }
 

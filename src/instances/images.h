@@ -66,11 +66,12 @@ struct SaveResult {
   std::string engine_image, reason;
   std::int64_t size_bytes = 0, own_size_bytes = 0;
 };
-Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& result);
+Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& result, SysTime now);
 // Own custom image → deleted (not while it is being saved). Public ones: forbidden.
 Result<Image> delete_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name, SysTime now);
 // deleted → as it was before (available, or error), while not purged.
-Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name);
+Result<Image> restore_custom_image(store::Database& db, const std::string& owner, const std::string& id_or_name,
+                                   SysTime now);
 // Deleted, unpurged custom images (for the recycle-bin timers).
 Result<std::vector<Image>> deleted_custom_images(store::Database& db);
 // The purge_warned flag and the purge itself, each a compare-and-set on a deleted, unpurged row.

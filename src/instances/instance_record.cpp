@@ -35,7 +35,9 @@ std::optional<SysTime> time_of(const std::optional<std::int64_t>& v) {
 constexpr const char* kInstanceColumns =
     "SELECT i.id, i.owner, i.name, i.state, i.state_reason, i.zone, i.host_id, h.name, i.gpu_model, i.gpu_count, i.cpu, "
     "i.memory_gib, i.no_gpu, i.system_disk_gib, i.image_id, i.ssh_keys, i.password_hash, i.billing_mode, i.auto_renew, "
-    "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, i.charged, i.created_at, "
+    "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, "
+    "(SELECT COALESCE(SUM(m.charged), 0) FROM meters m WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu')), "
+    "i.created_at, "
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";

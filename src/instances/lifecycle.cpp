@@ -276,7 +276,11 @@ asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) 
       Instance next = **current;
       // A restart keeps its reservation and goes straight on to start.
       const bool restart = next.state_reason == "restart";
-      if (auto s = transition(db, **current, next, Transition{restart ? S::starting : S::stopped, "", {}}, now); !s)
+      // A stop for a reason (arrears, autostop) keeps it on the stopped instance.
+      if (auto s = transition(db, **current, next, Transition{restart ? S::starting : S::stopped,
+                                                              restart ? std::string() : next.state_reason, {}},
+                              now);
+          !s)
         return fail(s.error());
       return restart;
     };

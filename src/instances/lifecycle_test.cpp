@@ -2,6 +2,8 @@
 // and reconcile through the races (release during create, stop during a refresh, a report
 // that arrives after the user moved on, a container started behind the platform's back).
 #include <deque>
+
+#include "billing/ledger.h"
 #include <filesystem>
 #include <memory>
 
@@ -151,6 +153,7 @@ class LifecycleTest : public ::testing::Test {
       auto u = auth::create_user(db, "alice", std::nullopt, "x", "user", system_now());
       if (!u) return fail(u.error());
       user_ = u->id;
+      if (auto s = billing::open_account(db, u->id, "alice", 1000000, system_now()); !s) return s;
       return ok();
     }));
     clock_ = std::make_unique<PlatformClock>(io_.get_executor(), true, system_now());

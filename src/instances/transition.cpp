@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "billing/resource_meters.h"
 #include "disks/disk_actions.h"
 #include "market/reservations.h"
 
@@ -18,6 +19,8 @@ Status begin_instance(store::Database& db, Instance& i, SysTime now) {
   i.generation = 1;
   i.created_at = now;
   if (auto s = insert_instance(db, i); !s) return s;
+  // The system disk bills (beyond the free allowance) from now until the release.
+  if (auto s = billing::follow_system_disk(db, i.id, i.owner, i.system_disk_gib, now); !s) return s;
   return record_state_event(db, i, now);
 }
 
@@ -26,9 +29,10 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   next.state = to;
   next.state_reason = change.reason;
 
-  // Run accounting: a run is open while started_at is set. It ends when the instance leaves
-  // the running/stopping pair (a restart's stopping -> starting ends one run too).
-  const bool run_ends = next.started_at && to != InstanceState::running && to != InstanceState::stopping;
+  // Run accounting: a run is open while started_at is set, exactly the time the instance is
+  // `running` (spec: compute bills from reaching running until leaving it; never while
+  // stopping). It ends at the stop request, or at the container's real exit when it died.
+  const bool run_ends = next.started_at && to != InstanceState::running;
   if (run_ends) {
     SysTime end = change.ended_at.value_or(now);
     end = std::clamp(end, *next.started_at, std::max(now, *next.started_at));
@@ -43,6 +47,19 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   // The compare-and-set: nothing else may have moved the row since it was loaded.
   next.generation = loaded.generation + 1;
   if (auto s = write_instance_state(db, loaded.id, from, loaded.generation, next); !s) return s;
+
+  // Compute meters follow the run exactly: open from the moment it is running, closed (and
+  // settled, so every state change writes its ledger entry) when the run ends. A
+  // subscription's compute is paid up front, so it has no compute meter.
+  if (run_ends)
+    if (auto s = billing::close_run(db, loaded.id, *next.stopped_at, now); !s) return s;
+  if (to == InstanceState::running && from != InstanceState::running && loaded.billing_mode == "hourly")
+    if (auto s = billing::open_run(db, loaded.id, loaded.owner, next.no_gpu || next.gpu_count == 0, next.price_per_hour,
+                                   *next.started_at);
+        !s)
+      return s;
+  if (to == InstanceState::released)
+    if (auto s = billing::follow_system_disk(db, loaded.id, loaded.owner, std::nullopt, now); !s) return s;
 
   // Reservations and ports follow the state (releasing keeps both until the container is gone).
   if (!holds_reservation(to))

@@ -1,5 +1,7 @@
 #include "server/app.h"
 
+#include "billing/ledger.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -45,6 +47,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_quota_routes(*this);
   register_event_routes(*this);
   register_terminal_routes(*this);
+  register_billing_routes(*this);
   // Short and lower-case: it goes into container, network and nftables names.
   auto id = store_->write_now([made = new_id("x").substr(2, 10)](store::Database& db) {
     return store::get_or_set_meta(db, "installation_id", made);
@@ -64,6 +67,11 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
   images_ = std::make_unique<instances::ImageService>(loop_, config_, *store_, *clock_, hosts_->agent());
   co_await images_->start();  // resumes saves, arms the recycle bin's timers
+  billing::BillingService::Hooks hooks{[this](const std::string& id) { instances_->kick(id); },
+                                       [this](const std::string& id) { disks_->kick_disk(id); }};
+  billing_ = std::make_unique<billing::BillingService>(loop_, config_, *store_, *clock_, std::move(hooks));
+  store_->on_billing_commit([this](std::vector<std::string> ids) { billing_->accounts_changed(std::move(ids)); });
+  co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
 }
@@ -261,7 +269,9 @@ Status App::bootstrap_admin() {
   auto hash = auth::hash_password(password);
   if (!hash) return fail(hash.error());
   auto created = store_->write_now([&](store::Database& db) {
-    return auth::create_user(db, "admin", std::nullopt, *hash, "admin", clock_->now());
+    auto user = auth::create_user(db, "admin", std::nullopt, *hash, "admin", clock_->now());
+    if (!user) return Status(fail(user.error()));
+    return billing::open_account(db, user->id, user->username, config_.billing.signup_credit, clock_->now());
   });
   if (!created) return fail(created.error());
   return ok();

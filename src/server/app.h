@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "core/platform_clock.h"
 #include "instances/actor.h"
+#include "billing/billing_service.h"
 #include "disks/disk_service.h"
 #include "instances/image_service.h"
 #include "instances/lifecycle.h"
@@ -95,6 +96,7 @@ class App {
   instances::InstanceService& instances() { return *instances_; }
   disks::DiskService& disks() { return *disks_; }
   instances::ImageService& images() { return *images_; }
+  billing::BillingService& billing() { return *billing_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
 
@@ -145,6 +147,7 @@ class App {
   std::unique_ptr<disks::DiskService> disks_;
   std::unique_ptr<instances::InstanceService> instances_;
   std::unique_ptr<instances::ImageService> images_;
+  std::unique_ptr<billing::BillingService> billing_;
   std::string installation_id_;
 };
 
@@ -208,5 +211,6 @@ void register_snapshot_routes(App& app);
 void register_quota_routes(App& app);
 void register_event_routes(App& app);
 void register_terminal_routes(App& app);
+void register_billing_routes(App& app);
 
 }  // namespace gpucloud::server

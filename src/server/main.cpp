@@ -95,6 +95,7 @@ asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, a
   app.instances().stop_background();
   app.disks().stop_background();
   app.images().stop();
+  app.billing().stop();
   co_await http.shutdown(std::chrono::seconds(10));  // in-flight requests finish first
   // Engine work under way finishes too (a step is short; a crash mid-step is recovered at
   // the next start anyway): destroying its coroutines under it would free what it still uses.

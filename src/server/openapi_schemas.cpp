@@ -397,7 +397,7 @@ json::object component_schemas() {
   s["Clock"] = answer({{"now", time("The platform time after the advance")}});
   for (std::string_view item :
        {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk", "Snapshot",
-        "SecurityGroup"})
+        "SecurityGroup", "LedgerEntry"})
     s[std::string(item) + "List"] = list_of(item);
 
   // Request bodies.
@@ -451,6 +451,86 @@ json::object component_schemas() {
                              {"instances", nullable(with(integer(), "minimum", 0))},
                              {"disk_gib", nullable(with(integer(), "minimum", 0))},
                              {"images", nullable(with(integer(), "minimum", 0))}});
+  // Billing.
+  json::object money = integer("In the currency's smallest unit (fen for CNY)");
+  s["BillingAlert"] = answer({{"threshold", money}, {"webhook_url", nullable(str("Gets one POST per downward crossing"))}});
+  s["BillingAccount"] = answer({{"id", str("ba-...")},
+                                {"kind", one_of({"user", "group"})},
+                                {"balance", money},
+                                {"currency", str("ISO 4217, e.g. CNY")},
+                                {"state", one_of({"ok", "low", "arrears"})},
+                                {"alert", nullable_ref("BillingAlert")},
+                                {"arrears_since", nullable(time("When the balance reached zero"))}});
+  json::object entry_kind = one_of({"charge", "credit", "subscription", "refund", "adjustment"});
+  json::object entry_fields{{"id", str("le-...")},
+                            {"seq", integer("Position in the account's chain: 1, 2, 3, ...")},
+                            {"time", time()},
+                            {"amount", integer("Smallest unit; charges are negative")},
+                            {"balance_after", money},
+                            {"kind", entry_kind},
+                            {"resource", nullable(str("What it is for (i-..., d-..., ...)"))},
+                            {"resource_kind", nullable(one_of({"compute", "compute_no_gpu", "system_disk", "data_disk",
+                                                               "snapshot", "image"}))},
+                            {"quantity", integer("What a charge covers: seconds, or GiB-seconds for storage")},
+                            {"description", str()}};
+  s["LedgerEntry"] = answer(entry_fields);
+  json::object credited = entry_fields;
+  credited["user"] = str("The credited user's id");
+  s["CreditEntry"] = answer(credited);
+  json::object line = entry_fields;
+  line["quantity"] = json::object{{"type", "number"}, {"description", "Seconds, or GiB-hours for storage"}};
+  s["StatementLine"] = answer(line);
+  s["Statement"] = answer({{"month", str("YYYY-MM")},
+                           {"timezone", str("billing_timezone")},
+                           {"currency", str()},
+                           {"opening_balance", money},
+                           {"credits", money},
+                           {"charges", with(json::object{{"type", "object"}}, "additionalProperties", integer())},
+                           {"charges_total", money},
+                           {"closing_balance", money},
+                           {"lines", array_of(ref("StatementLine"))}});
+  s["UsageItem"] = object({{"resource", str()},
+                           {"kind", one_of({"compute", "compute_no_gpu", "system_disk", "data_disk", "snapshot", "image"})},
+                           {"quantity", json::object{{"type", "number"}}},
+                           {"unit", one_of({"second", "gib_hour"})},
+                           {"amount", money},
+                           {"day", str("YYYY-MM-DD in billing_timezone (group_by=day)")}},
+                          {"resource", "kind", "quantity", "unit", "amount"});
+  s["UsageList"] = answer({{"items", array_of(ref("UsageItem"))}, {"next_cursor", nullable(str())}, {"currency", str()}});
+  s["IdleItem"] = answer({{"resource", str()},
+                          {"name", str()},
+                          {"kind", one_of({"system_disk", "data_disk", "snapshot", "image"})},
+                          {"size_gib", integer()},
+                          {"why", str("Why it counts as idle")},
+                          {"since", time()},
+                          {"cost_per_day", money}});
+  s["IdleList"] = answer({{"items", array_of(ref("IdleItem"))},
+                          {"next_cursor", nullable(str())},
+                          {"cost_per_day", money},
+                          {"currency", str()}});
+  s["Estimate"] = answer({{"currency", str()},
+                          {"billing_mode", one_of({"hourly", "weekly", "monthly"})},
+                          {"price_per_hour", money},
+                          {"per_hour", money},
+                          {"per_day", money},
+                          {"per_week", money},
+                          {"per_month", integer("30 days of the hourly price")},
+                          {"upfront", integer("A subscription's price, paid at creation")},
+                          {"subscription", answer({{"per_week", money}, {"per_month", money}})},
+                          {"storage_per_hour_micros", integer("Millionths of the smallest unit")},
+                          {"storage_per_day", money}});
+  s["RevenueSummary"] = answer({{"month", str()},
+                                {"timezone", str()},
+                                {"currency", str()},
+                                {"revenue", money},
+                                {"by_kind", with(json::object{{"type", "object"}}, "additionalProperties", integer())},
+                                {"credits", money}});
+  s["AlertSet"] = object({{"threshold", with(integer("Alert when the balance falls below it"), "minimum", 0)},
+                          {"webhook_url", nullable(str("http(s); private and loopback targets refused unless allowed"))}},
+                         {"threshold"});
+  s["CreditRequest"] = object({{"amount", integer("Smallest unit; negative: an adjustment")},
+                               {"note", with(str(), "maxLength", 500)}},
+                              {"amount"});
   s["ClockAdvance"] = object({{"advance_seconds", with(with(integer(), "minimum", 0), "maximum", 10LL * 365 * 86400)}},
                              {"advance_seconds"});
   return s;
@@ -611,6 +691,33 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "PUT", .pattern = "/api/v1/admin/users/{id}/quota", .operation_id = "adminSetUserQuota", .status = 200,
        .response = "UserQuota", .request = "QuotaUpdate", .errors = {400, 404},
        .id_description = "The user's id or username"},
+      // billing
+      {.method = "GET", .pattern = "/api/v1/billing/account", .operation_id = "getBillingAccount", .status = 200,
+       .response = "BillingAccount"},
+      {.method = "GET", .pattern = "/api/v1/billing/ledger", .operation_id = "listLedgerEntries", .status = 200,
+       .response = "LedgerEntryList", .errors = {400},
+       .query = {limit, cursor, {"since", "string", "RFC 3339 time or YYYY-MM-DD (inclusive)"},
+                 {"until", "string", "RFC 3339 time or YYYY-MM-DD (exclusive)"}}},
+      {.method = "GET", .pattern = "/api/v1/billing/usage", .operation_id = "getUsage", .status = 200,
+       .response = "UsageList", .errors = {400},
+       .query = {{"since", "string", "RFC 3339 time or YYYY-MM-DD (inclusive)"},
+                 {"until", "string", "RFC 3339 time or YYYY-MM-DD (exclusive)"},
+                 {"group_by", "string", "resource (default) or day", {"resource", "day"}}}},
+      {.method = "GET", .pattern = "/api/v1/billing/statements/{month}", .operation_id = "getStatement", .status = 200,
+       .response = "Statement", .errors = {400}},
+      {.method = "GET", .pattern = "/api/v1/billing/idle", .operation_id = "listIdleBilling", .status = 200,
+       .response = "IdleList"},
+      {.method = "PUT", .pattern = "/api/v1/billing/alert", .operation_id = "setBalanceAlert", .status = 200,
+       .response = "BillingAccount", .request = "AlertSet", .errors = {400}},
+      {.method = "DELETE", .pattern = "/api/v1/billing/alert", .operation_id = "clearBalanceAlert", .status = 204,
+       .response = ""},
+      {.method = "POST", .pattern = "/api/v1/billing/estimate", .operation_id = "estimateInstance", .status = 200,
+       .response = "Estimate", .request = "InstanceCreate", .errors = {400}},
+      {.method = "POST", .pattern = "/api/v1/admin/users/{id}/credit", .operation_id = "adminCreditUser", .status = 201,
+       .response = "CreditEntry", .request = "CreditRequest", .idempotent = true, .errors = {400, 404, 409},
+       .id_description = "The user's id or username"},
+      {.method = "GET", .pattern = "/api/v1/admin/billing/summary", .operation_id = "adminRevenueSummary", .status = 200,
+       .response = "RevenueSummary", .errors = {400}, .query = {{"month", "string", "YYYY-MM (default: this month)"}}},
       // events
       {.method = "GET", .pattern = "/api/v1/events", .operation_id = "listEvents", .status = 200, .response = "EventList",
        .errors = {400},

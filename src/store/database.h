@@ -70,6 +70,10 @@ class Database {
   // after the commit, to wake event streams at once instead of at their next poll.
   void note_event_written() { event_written_ = true; }
   bool take_event_written() { return std::exchange(event_written_, false); }
+  // Likewise for billing: the accounts whose balance or open meters the transaction changed,
+  // so the billing service re-projects when each reaches zero (read after the commit).
+  void note_billing_change(const std::string& account_id) { billing_changes_.push_back(account_id); }
+  std::vector<std::string> take_billing_changes() { return std::exchange(billing_changes_, {}); }
 
  private:
   Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
@@ -80,6 +84,7 @@ class Database {
   std::string path_;
   std::unordered_map<std::string, sqlite3_stmt*> statements_;
   bool event_written_ = false;
+  std::vector<std::string> billing_changes_;
 };
 
 }  // namespace gpucloud::store

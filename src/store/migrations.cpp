@@ -348,6 +348,77 @@ ALTER TABLE instances ADD COLUMN security_group TEXT REFERENCES security_groups(
 UPDATE instances SET security_group = 'sg-' || substr(owner, 3);
 CREATE INDEX instances_by_security_group ON instances(security_group);
 )sql"},
+    // Billing (spec "Billing"): one account per user today (the model allows a group account
+    // its members draw on), an append-only ledger whose entries chain per account by `seq`
+    // (unique, so two writers cannot both append after the same balance), and meters that
+    // accrue exact integers: accrued = rate × seconds, charged = floor(accrued ÷ divisor).
+    {11, R"sql(
+CREATE TABLE billing_accounts (
+  id TEXT PRIMARY KEY,
+  kind TEXT NOT NULL CHECK (kind IN ('user', 'group')),
+  name TEXT NOT NULL,
+  balance INTEGER NOT NULL DEFAULT 0,
+  entries INTEGER NOT NULL DEFAULT 0,
+  arrears_since INTEGER,
+  arrears_warned INTEGER NOT NULL DEFAULT 0,
+  alert_threshold INTEGER,
+  alert_webhook_url TEXT,
+  alert_armed INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL
+);
+INSERT INTO billing_accounts (id, kind, name, created_at)
+  SELECT 'ba-' || substr(id, 3), 'user', username, created_at FROM users;
+ALTER TABLE users ADD COLUMN billing_account TEXT REFERENCES billing_accounts(id);
+UPDATE users SET billing_account = 'ba-' || substr(id, 3);
+CREATE TABLE ledger_entries (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL REFERENCES billing_accounts(id),
+  seq INTEGER NOT NULL,
+  user_id TEXT,
+  time INTEGER NOT NULL,
+  amount INTEGER NOT NULL,
+  balance_after INTEGER NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('charge', 'credit', 'subscription', 'refund', 'adjustment')),
+  resource TEXT,
+  resource_kind TEXT,
+  quantity INTEGER NOT NULL DEFAULT 0,
+  description TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX ledger_entries_chain ON ledger_entries(account_id, seq);
+CREATE INDEX ledger_entries_by_time ON ledger_entries(account_id, time, id);
+CREATE INDEX ledger_entries_by_resource ON ledger_entries(resource, time);
+CREATE TABLE meters (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL REFERENCES billing_accounts(id),
+  user_id TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('compute', 'compute_no_gpu', 'system_disk', 'data_disk', 'snapshot', 'image')),
+  divisor INTEGER NOT NULL CHECK (divisor > 0),
+  rate INTEGER NOT NULL DEFAULT 0 CHECK (rate >= 0),
+  gib INTEGER NOT NULL DEFAULT 0,
+  open_since INTEGER,
+  accrued INTEGER NOT NULL DEFAULT 0,
+  quantity INTEGER NOT NULL DEFAULT 0,
+  charged INTEGER NOT NULL DEFAULT 0,
+  settled_quantity INTEGER NOT NULL DEFAULT 0,
+  settled_until INTEGER NOT NULL,
+  generation INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  UNIQUE (resource, kind)
+);
+CREATE INDEX meters_open ON meters(account_id) WHERE open_since IS NOT NULL;
+CREATE TABLE webhook_outbox (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL,
+  url TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  delivered_at INTEGER,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX webhook_outbox_pending ON webhook_outbox(created_at) WHERE delivered_at IS NULL;
+)sql"},
 };
 
 }  // namespace

@@ -57,6 +57,10 @@ class Store {
   boost::asio::thread_pool& blocking_pool() { return reader_pool_; }
   // Called on the writer thread after each commit that recorded an event. Set before use.
   void on_event_commit(std::function<void()> callback) { on_event_commit_ = std::move(callback); }
+  // Called on the writer thread after each commit that changed billing accounts (their ids).
+  void on_billing_commit(std::function<void(std::vector<std::string>)> callback) {
+    on_billing_commit_ = std::move(callback);
+  }
 
  private:
   Store(std::string path, std::unique_ptr<Database> writer, int readers);
@@ -81,14 +85,18 @@ class Store {
     if (!result) {
       (void)writer_->exec_script("ROLLBACK");
       (void)writer_->take_event_written();
+      (void)writer_->take_billing_changes();
       return result;
     }
     if (auto s = writer_->exec_script("COMMIT"); !s) {
       (void)writer_->exec_script("ROLLBACK");
       (void)writer_->take_event_written();
+      (void)writer_->take_billing_changes();
       return R(tl::unexpected(s.error()));
     }
     if (writer_->take_event_written() && on_event_commit_) on_event_commit_();
+    if (auto changed = writer_->take_billing_changes(); !changed.empty() && on_billing_commit_)
+      on_billing_commit_(std::move(changed));
     return result;
   }
   template <class R, class F>
@@ -114,6 +122,7 @@ class Store {
 
   std::string path_;
   std::function<void()> on_event_commit_;
+  std::function<void(std::vector<std::string>)> on_billing_commit_;
   std::unique_ptr<Database> writer_;
   std::mutex writer_mutex_;
   std::mutex readers_mutex_;

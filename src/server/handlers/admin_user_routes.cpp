@@ -3,6 +3,7 @@
 #include "api/json_input.h"
 #include "auth/credentials.h"
 #include "core/ids.h"
+#include "billing/ledger.h"
 #include "server/app.h"
 #include "server/pagination.h"
 
@@ -49,10 +50,11 @@ asio::awaitable<Result<Response>> create_user(RequestContext& ctx) {
   auto hash_job = [password = *password]() { return auth::hash_password(password); };
   auto hash = co_await ctx.app.password_pool().run<std::string>(std::move(hash_job));
   if (!hash) co_return tl::unexpected(hash.error());
-  auto effect = [username = *username, email = *email, hash = *hash, role = *role,
-                 now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
+  auto effect = [username = *username, email = *email, hash = *hash, role = *role, now = ctx.app.clock().now(),
+                 credit = ctx.app.config().billing.signup_credit](store::Database& db) -> Result<Response> {
     auto user = auth::create_user(db, username, email, hash, role, now);
     if (!user) return tl::unexpected(user.error());
+    if (auto s = billing::open_account(db, user->id, user->username, credit, now); !s) return fail(s.error());
     return json_response(201, api::user_json(*user));
   };
   co_return co_await ctx.app.run_idempotent(ctx, std::move(effect));

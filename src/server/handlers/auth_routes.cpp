@@ -5,6 +5,7 @@
 #include "api/json_input.h"
 #include "auth/credentials.h"
 #include "core/ids.h"
+#include "billing/ledger.h"
 #include "server/app.h"
 
 namespace gpucloud::server {
@@ -44,6 +45,8 @@ asio::awaitable<Result<Response>> register_user(RequestContext& ctx) {
   auto create = [&, hash = *hash](store::Database& db) -> Result<Response> {
     auto user = auth::create_user(db, *username, *email, hash, "user", now);
     if (!user) return tl::unexpected(user.error());
+    if (auto s = billing::open_account(db, user->id, user->username, app.config().billing.signup_credit, now); !s)
+      return fail(s.error());
     return json_response(201, api::user_json(*user));
   };
   co_return co_await app.store().write(std::move(create));

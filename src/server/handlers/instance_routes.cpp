@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/json_input.h"
+#include "billing/reports.h"
 #include "core/ids.h"
 #include "core/time_format.h"
 #include "core/fault_points.h"
@@ -224,6 +225,10 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
     s.billing_mode = mode->value_or("hourly");
     if (s.billing_mode != "hourly" && s.billing_mode != "weekly" && s.billing_mode != "monthly")
       return fail(ErrorCode::invalid_argument, "billing.mode: must be hourly, weekly or monthly");
+    if (s.billing_mode != "hourly")
+      return fail(ErrorCode::invalid_argument,
+                  "billing.mode: subscriptions (weekly, monthly) are not available on this installation yet; "
+                  "POST /billing/estimate shows what one would cost");
     auto renew = api::optional_bool(billing->value().as_object(), "auto_renew");
     if (!renew) return fail(ErrorCode::invalid_argument, "billing." + renew.error().detail);
     s.auto_renew = renew->value_or(true);
@@ -326,7 +331,10 @@ asio::awaitable<Result<Response>> act(RequestContext& ctx, Action action) {
   co_return instance_response(app, 202, *moved);
 }
 
-asio::awaitable<Result<Response>> stop(RequestContext& ctx) { co_return co_await act(ctx, instances::stop_instance); }
+Result<Instance> user_stop(store::Database& db, const instances::Actor& actor, const std::string& id, SysTime now) {
+  return instances::stop_instance(db, actor, id, now);
+}
+asio::awaitable<Result<Response>> stop(RequestContext& ctx) { co_return co_await act(ctx, user_stop); }
 asio::awaitable<Result<Response>> restart(RequestContext& ctx) { co_return co_await act(ctx, instances::restart_instance); }
 asio::awaitable<Result<Response>> release(RequestContext& ctx) { co_return co_await act(ctx, instances::release_instance); }
 
@@ -383,6 +391,36 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   co_return instance_response(app, 200, patched->instance);
 }
 
+// POST /billing/estimate: the body of POST /instances (its name may be left out), priced
+// without creating anything; a subscription mode is priced even where it cannot be bought yet.
+asio::awaitable<Result<Response>> estimate(RequestContext& ctx) {
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  json::object priced = *body;
+  if (!priced.contains("name")) priced["name"] = "estimate";
+  std::string mode = "hourly";
+  if (auto b = priced.find("billing"); b != priced.end() && b->value().is_object())
+    if (auto m = b->value().as_object().find("mode"); m != b->value().as_object().end() && m->value().is_string()) {
+      mode = std::string(m->value().as_string());
+      if (mode != "hourly" && mode != "weekly" && mode != "monthly")
+        co_return fail(ErrorCode::invalid_argument, "billing.mode: must be hourly, weekly or monthly");
+      b->value().as_object().erase("mode");
+    }
+  auto parsed = parse_create(priced, ctx.app.config());
+  if (!parsed) co_return tl::unexpected(parsed.error());
+  billing::EstimateRequest q;
+  q.gpu_model = parsed->first.gpu_model;
+  q.gpu_count = parsed->first.gpu_count;
+  q.billing_mode = mode;
+  q.system_disk_gib = parsed->first.system_disk_gib;
+  for (const auto& d : parsed->first.data_disks)
+    if (!d.existing) q.new_data_disk_gib += d.size_gib;
+  auto read = [q, currency = ctx.app.config().currency](store::Database& db) { return billing::estimate(db, q, currency); };
+  auto doc = co_await ctx.app.store().read(std::move(read));
+  if (!doc) co_return tl::unexpected(doc.error());
+  co_return json_response(200, *doc);
+}
+
 }  // namespace
 
 void register_instance_routes(App& app) {
@@ -396,6 +434,8 @@ void register_instance_routes(App& app) {
   r.add("POST", "/api/v1/instances/{id}/stop", Access::user, "instances", "Stop (compute billing ends; GPUs freed)", stop);
   r.add("POST", "/api/v1/instances/{id}/start", Access::user, "instances", "Start on its host ({\"no_gpu\": true} for the no-GPU size)", start);
   r.add("POST", "/api/v1/instances/{id}/restart", Access::user, "instances", "Restart", restart);
+  r.add("POST", "/api/v1/billing/estimate", Access::user, "billing", "What an instance would cost (the body of POST /instances)",
+        estimate);
 }
 
 }  // namespace gpucloud::server

@@ -1,0 +1,189 @@
+#include "billing/arrears.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "billing/ledger.h"
+#include "billing/meters.h"
+#include "disks/disk_actions.h"
+#include "events/events.h"
+#include "instances/actions.h"
+
+namespace gpucloud::billing {
+
+namespace {
+
+using std::chrono::hours;
+
+constexpr auto kDay = hours(24);
+constexpr auto kStopWarning = hours(1);  // how long before the projected zero the user is warned
+
+// The platform acts on the owner's behalf (their own resources, their own names).
+instances::Actor on_behalf_of(const std::string& user) { return instances::Actor{user, false}; }
+
+Result<std::vector<std::string>> users_of(store::Database& db, const std::string& account_id) {
+  auto rows = db.all("SELECT id FROM users WHERE billing_account = ? ORDER BY id", {account_id});
+  if (!rows) return fail(rows.error());
+  std::vector<std::string> out;
+  for (const auto& r : *rows) out.push_back(r.text(0));
+  return out;
+}
+
+SysTime release_due(const Account& a, const config::Config& c) {
+  return *a.arrears_since + kDay * c.policy.arrears_release_instances_after_days;
+}
+SysTime disks_due(const Account& a, const config::Config& c) {
+  return *a.arrears_since + kDay * c.policy.arrears_delete_disks_after_days;
+}
+
+Status set_bits(store::Database& db, const Account& a, int bits) {
+  return db.run("UPDATE billing_accounts SET arrears_warned = arrears_warned | ? WHERE id = ?", {bits, a.id});
+}
+
+Status warn(store::Database& db, const Account& a, const std::string& user, const std::string& step, SysTime at,
+            const std::string& message, SysTime now) {
+  return events::record(db, now, "billing.arrears_warning", a.id, user, message,
+                        {{"step", step}, {"at", format_rfc3339(at)}, {"balance", a.balance}});
+}
+
+}  // namespace
+
+Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::string& account_id, SysTime now) {
+  auto account = load_account(db, account_id);
+  if (!account) return fail(account.error());
+  auto open = open_meters_of_account(db, account_id);
+  if (!open) return fail(open.error());
+  if (std::none_of(open->begin(), open->end(), [](const Meter& m) { return is_compute(m.kind); }))
+    return std::optional<SysTime>{};
+  std::int64_t pending = 0;
+  double per_second = 0;  // a time estimate only; money stays integer
+  for (const auto& m : *open) {
+    pending += due_at(m, now);
+    per_second += static_cast<double>(m.rate) / static_cast<double>(m.divisor);
+  }
+  const std::int64_t remaining = account->balance - pending;
+  if (remaining <= 0) return std::optional<SysTime>{now};
+  if (per_second <= 0) return std::optional<SysTime>{};
+  const double seconds = std::min(std::ceil(static_cast<double>(remaining) / per_second), 3.0e8);  // ≤ ~10 years
+  return std::optional<SysTime>{now + std::chrono::seconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds)))};
+}
+
+Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const config::Config& config,
+                                                  const std::string& account_id, SysTime now) {
+  auto account = load_account(db, account_id);
+  if (!account) return fail(account.error());
+  const Account& a = *account;
+  std::optional<SysTime> next;
+  auto consider = [&](SysTime t) { next = next ? std::min(*next, t) : t; };
+  if (a.arrears_since) {
+    if (a.balance <= 0) {
+      // Running pay-as-you-go instances stop now; then the graces' warnings and steps.
+      auto open = open_meters_of_account(db, account_id);
+      if (!open) return fail(open.error());
+      if (std::any_of(open->begin(), open->end(), [](const Meter& m) { return is_compute(m.kind); })) consider(now);
+      if (!(a.arrears_warned & kReleaseWarned)) consider(release_due(a, config) - kDay);
+      if (!(a.arrears_warned & kReleased)) consider(release_due(a, config));
+      if (!(a.arrears_warned & kDisksWarned)) consider(disks_due(a, config) - kDay);
+      if (!(a.arrears_warned & kDisksDeleted)) consider(disks_due(a, config));
+    }
+    return next ? std::optional<SysTime>{std::max(*next, now)} : next;
+  }
+  auto zero = projected_zero(db, account_id, now);
+  if (!zero) return fail(zero.error());
+  if (!*zero) return std::optional<SysTime>{};
+  if (!(a.arrears_warned & kStopWarned) && **zero - kStopWarning > now) return std::optional<SysTime>{**zero - kStopWarning};
+  return std::optional<SysTime>{**zero};
+}
+
+Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config& config, const std::string& account_id,
+                                       SysTime now) {
+  ArrearsOutcome out;
+  if (auto settled = settle_open_meters(db, now, account_id); !settled) return fail(settled.error());
+  auto account = load_account(db, account_id);
+  if (!account) return fail(account.error());
+  const Account& a = *account;
+  auto users = users_of(db, account_id);
+  if (!users) return fail(users.error());
+  const std::string first_user = users->empty() ? std::string() : users->front();
+
+  if (!a.arrears_since || a.balance > 0) {
+    // Not in arrears: only the warning before the projected zero.
+    if (a.arrears_warned & kStopWarned) return out;
+    auto zero = projected_zero(db, account_id, now);
+    if (!zero) return fail(zero.error());
+    if (*zero && **zero - kStopWarning <= now) {
+      if (auto s = warn(db, a, first_user, "stop", **zero,
+                        "the balance runs out at " + format_rfc3339(**zero) +
+                            ": running pay-as-you-go instances will stop then; top up to keep them running",
+                        now);
+          !s)
+        return fail(s.error());
+      if (auto s = set_bits(db, a, kStopWarned); !s) return fail(s.error());
+    }
+    return out;
+  }
+
+  // In arrears: running pay-as-you-go instances stop (a subscription's paid term runs on).
+  for (const auto& user : *users) {
+    auto running = instances::list_instances(db, user, instances::InstanceState::running);
+    if (!running) return fail(running.error());
+    for (const auto& i : *running) {
+      if (i.billing_mode != "hourly") continue;
+      auto stopped = instances::stop_instance(db, on_behalf_of(user), i.id, now, "arrears");
+      if (!stopped) return fail(stopped.error());
+      out.instances_to_kick.push_back(i.id);
+    }
+  }
+  const SysTime release_at = release_due(a, config), disks_at = disks_due(a, config);
+  int bits = 0;
+  if (!(a.arrears_warned & kReleaseWarned) && now >= release_at - kDay) {
+    if (auto s = warn(db, a, first_user, "release", release_at,
+                      "in arrears since " + format_rfc3339(*a.arrears_since) + ": stopped instances are released at " +
+                          format_rfc3339(release_at) + " unless the balance is topped up",
+                      now);
+        !s)
+      return fail(s.error());
+    bits |= kReleaseWarned;
+  }
+  if (!(a.arrears_warned & kReleased) && now >= release_at) {
+    for (const auto& user : *users)
+      for (auto state : {instances::InstanceState::stopped, instances::InstanceState::error}) {
+        auto list = instances::list_instances(db, user, state);
+        if (!list) return fail(list.error());
+        for (const auto& i : *list) {
+          if (i.billing_mode != "hourly") continue;  // a subscription in its paid term is never touched
+          auto released = instances::release_instance(db, on_behalf_of(user), i.id, now);
+          if (!released) return fail(released.error());
+          out.instances_to_kick.push_back(i.id);
+        }
+      }
+    bits |= kReleased;
+  }
+  if (!(a.arrears_warned & kDisksWarned) && now >= disks_at - kDay) {
+    if (auto s = warn(db, a, first_user, "delete_disks", disks_at,
+                      "in arrears since " + format_rfc3339(*a.arrears_since) +
+                          ": detached data disks are deleted (into the recycle bin) at " + format_rfc3339(disks_at) +
+                          " unless the balance is topped up",
+                      now);
+        !s)
+      return fail(s.error());
+    bits |= kDisksWarned;
+  }
+  if (!(a.arrears_warned & kDisksDeleted) && now >= disks_at) {
+    for (const auto& user : *users) {
+      auto list = disks::list_disks(db, user, disks::DiskState::available);
+      if (!list) return fail(list.error());
+      for (const auto& d : *list) {
+        auto deleted = disks::delete_disk(db, config, on_behalf_of(user), d.id, now);
+        if (!deleted) return fail(deleted.error());
+        out.disks_to_kick.push_back(d.id);
+      }
+    }
+    bits |= kDisksDeleted;
+  }
+  if (bits)
+    if (auto s = set_bits(db, a, bits); !s) return fail(s.error());
+  return out;
+}
+
+}  // namespace gpucloud::billing

@@ -1,0 +1,363 @@
+// Billing's arithmetic and invariants, hermetic: meters, settlement, the ledger chain, and a
+// property test over random sequences of runs, stops, storage, credits, settlements, price
+// changes and crashes (a transaction that dies half-way), checking after every step that
+// each account's entries sum to its balance, no entry changed, and charges equal the meters.
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "auth/accounts.h"
+#include "billing/arrears.h"
+#include "billing/ledger.h"
+#include "billing/meters.h"
+#include "billing/reports.h"
+#include "billing/resource_meters.h"
+#include "config/config.h"
+#include "core/timezone.h"
+#include "market/prices.h"
+#include "store/store.h"
+
+namespace gpucloud::billing {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class BillingTest : public ::testing::Test {
+ protected:
+  template <class F>
+  auto write(F f) {
+    return store_->write_now(std::move(f));
+  }
+  void SetUp() override {
+    static int n = 0;
+    dir_ = fs::temp_directory_path() / ("gpucloud-billing-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    fs::create_directories(dir_);
+    auto s = store::Store::open((dir_ / "db").string(), 1);
+    ASSERT_TRUE(s) << s.error().detail;
+    store_ = std::move(*s);
+    ASSERT_TRUE(write([&](store::Database& db) { return market::seed_prices(db, config_); }));
+  }
+  void TearDown() override {
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  std::string user(const std::string& name, std::int64_t credit = 0) {
+    std::string id;
+    EXPECT_TRUE(write([&](store::Database& db) -> Status {
+      auto u = auth::create_user(db, name, std::nullopt, "x", "user", t0_);
+      if (!u) return fail(u.error());
+      id = u->id;
+      return open_account(db, u->id, name, credit, t0_);
+    }));
+    return id;
+  }
+  Account account(const std::string& user_id) {
+    auto a = write([&](store::Database& db) { return account_of_user(db, user_id); });
+    EXPECT_TRUE(a) << a.error().detail;
+    return *a;
+  }
+  std::vector<Entry> all_entries(const std::string& account_id) {
+    auto e = write([&](store::Database& db) { return entries_between(db, account_id, SysTime{}, t0_ + hours(24 * 3650)); });
+    EXPECT_TRUE(e);
+    return *e;
+  }
+  // The sum of every entry equals the balance, and the chain has no gap.
+  void expect_ledger_consistent(const std::string& user_id) {
+    Account a = account(user_id);
+    auto entries = all_entries(a.id);
+    std::int64_t sum = 0, seq = 0;
+    for (const auto& e : entries) {
+      sum += e.amount;
+      EXPECT_EQ(e.seq, ++seq);
+      EXPECT_EQ(e.balance_after, sum);
+    }
+    EXPECT_EQ(sum, a.balance);
+    EXPECT_EQ(seq, a.entries);
+  }
+
+  fs::path dir_;
+  config::Config config_;
+  std::unique_ptr<store::Store> store_;
+  SysTime t0_ = from_unix_micros(1'800'000'000'000'000);
+};
+
+TEST_F(BillingTest, ARunChargesFloorOfPriceTimesSecondsHoweverItIsSplit) {
+  const std::string u = user("alice", 100000);
+  const std::int64_t price = 198;  // ¥1.98 per hour
+  // 7 runs of odd lengths, each settled at odd moments: total = floor(198 × T / 3600).
+  std::int64_t total_seconds = 0;
+  SysTime t = t0_;
+  std::mt19937 rng(7);
+  for (int run = 0; run < 7; ++run) {
+    ASSERT_TRUE(write([&](store::Database& db) { return open_run(db, "i-box", u, false, price, t); }));
+    const std::int64_t length = std::uniform_int_distribution<std::int64_t>(1, 5000)(rng);
+    for (int k = 0; k < 3; ++k) {
+      SysTime mid = t + seconds(length * (k + 1) / 4) + milliseconds(333);
+      ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, mid); }));
+    }
+    t += seconds(length);
+    ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, "i-box", t, t); }));
+    total_seconds += length;
+    t += seconds(100);  // stopped: nothing accrues
+    ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t); }));
+  }
+  auto charged = write([&](store::Database& db) { return compute_charged(db, "i-box"); });
+  ASSERT_TRUE(charged);
+  EXPECT_EQ(*charged, price * total_seconds / 3600);
+  EXPECT_EQ(account(u).balance, 100000 - price * total_seconds / 3600);
+  expect_ledger_consistent(u);
+}
+
+TEST_F(BillingTest, ASubSecondRemainderIsNeverCharged) {
+  const std::string u = user("alice", 1000);
+  ASSERT_TRUE(write([&](store::Database& db) { return open_run(db, "i-x", u, false, 3600, t0_); }));
+  // 2.9 s at 1 fen per second: 2 fen, the 0.9 s stays with the user.
+  ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, "i-x", t0_ + milliseconds(2900), t0_ + seconds(3)); }));
+  EXPECT_EQ(account(u).balance, 998);
+}
+
+TEST_F(BillingTest, StorageBillsPerGibHourInMicrosAndFollowsGrowsAndDeletes) {
+  const std::string u = user("alice", 100000);
+  // 100 GiB at 20,000 micro-fen per GiB-hour = 2 fen per hour.
+  ASSERT_TRUE(write([&](store::Database& db) { return follow_data_disk(db, "d-1", u, 100, t0_); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + hours(10)); }));
+  EXPECT_EQ(account(u).balance, 100000 - 20);
+  // Grown to 250 GiB: 5 fen per hour from now.
+  ASSERT_TRUE(write([&](store::Database& db) { return follow_data_disk(db, "d-1", u, 250, t0_ + hours(10)); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + hours(12)); }));
+  EXPECT_EQ(account(u).balance, 100000 - 20 - 10);
+  // Deleted into the recycle bin: billing stops at once (and the last part is settled).
+  ASSERT_TRUE(write([&](store::Database& db) { return follow_data_disk(db, "d-1", u, std::nullopt, t0_ + hours(13)); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + hours(100)); }));
+  EXPECT_EQ(account(u).balance, 100000 - 20 - 10 - 5);
+  // The usage says how much: 100 GiB × 10 h + 250 GiB × 3 h = 1750 GiB-hours.
+  const std::string account_id = account(u).id;
+  auto items = write([&](store::Database& db) {
+    return usage(db, account_id, SysTime{}, t0_ + hours(200), false, TimeZone::utc());
+  });
+  ASSERT_TRUE(items);
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_DOUBLE_EQ(items->at(0).at("quantity").as_double(), 1750.0);
+  EXPECT_EQ(items->at(0).at("amount").as_int64(), 35);
+  expect_ledger_consistent(u);
+}
+
+TEST_F(BillingTest, TheLedgerChainRefusesAWriterThatReadAStaleAccount) {
+  const std::string u = user("alice", 500);
+  auto r = write([&](store::Database& db) -> Status {
+    auto a = account_of_user(db, u);
+    if (!a) return fail(a.error());
+    // Another writer appends meanwhile (same transaction here: what a second process would do).
+    if (auto e = post_entry(db, a->id, NewEntry{EntryKind::credit, 100, u, {}, {}, 0, "x"}, t0_); !e) return fail(e.error());
+    auto s = db.run("UPDATE billing_accounts SET balance = balance + 1, entries = entries + 1 WHERE id = ? AND entries = ?",
+                    {a->id, a->entries});
+    if (!s) return s;
+    return db.changes() == 0 ? ok() : fail(ErrorCode::internal, "a stale append went through");
+  });
+  EXPECT_TRUE(r) << r.error().detail;
+  // And the schema refuses two entries with one seq.
+  const std::string account_id = account(u).id;
+  auto dup = write([&](store::Database& db) {
+    return db.run("INSERT INTO ledger_entries (id, account_id, seq, time, amount, balance_after, kind) "
+                  "VALUES ('le-dup', ?, 1, 0, 1, 1, 'credit')",
+                  {account_id});
+  });
+  EXPECT_FALSE(dup);
+}
+
+TEST_F(BillingTest, ArrearsBeginAtZeroAndATopUpLiftsThem) {
+  const std::string u = user("alice", 100);
+  ASSERT_TRUE(write([&](store::Database& db) { return open_run(db, "i-x", u, false, 3600, t0_); }));
+  const std::string account_id = account(u).id;
+  auto zero = write([&](store::Database& db) { return projected_zero(db, account_id, t0_); });
+  ASSERT_TRUE(zero && *zero);
+  EXPECT_EQ(**zero, t0_ + seconds(100)) << "100 fen at 1 fen per second";
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + seconds(100)); }));
+  Account a = account(u);
+  EXPECT_EQ(a.balance, 0);
+  ASSERT_TRUE(a.arrears_since);
+  EXPECT_EQ(account_state(a), "arrears");
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return post_entry(db, a.id, NewEntry{EntryKind::credit, 1000, u, {}, {}, 0, "top-up"}, t0_ + seconds(101));
+  }));
+  EXPECT_FALSE(account(u).arrears_since);
+  EXPECT_EQ(account_state(account(u)), "ok");
+}
+
+TEST_F(BillingTest, TheAlertCrossesOnceDownwardAndRearmsOnlyAfterGoingBackUp) {
+  const std::string u = user("alice", 1000);
+  const std::string a = account(u).id;
+  ASSERT_TRUE(write([&](store::Database& db) { return set_alert(db, a, 500, std::string("http://hooks.example/x")); }));
+  auto charge = [&](std::int64_t amount) {
+    ASSERT_TRUE(write([&](store::Database& db) {
+      return post_entry(db, a, NewEntry{amount < 0 ? EntryKind::charge : EntryKind::credit, amount, u, {}, {}, 0, ""}, t0_);
+    }));
+  };
+  auto outbox = [&] {
+    auto n = write([&](store::Database& db) -> Result<std::int64_t> {
+      auto r = db.one("SELECT COUNT(*) FROM webhook_outbox WHERE account_id = ?", {a});
+      if (!r) return fail(r.error());
+      return (*r)->int64(0);
+    });
+    return n ? *n : -1;
+  };
+  charge(-400);  // 600: above
+  EXPECT_EQ(outbox(), 0);
+  charge(-200);  // 400: crossed
+  EXPECT_EQ(outbox(), 1);
+  charge(-100);  // 300: still below, no second one
+  EXPECT_EQ(outbox(), 1);
+  charge(+300);  // 600: back above, armed again
+  charge(-200);  // 400: crossed again
+  EXPECT_EQ(outbox(), 2);
+}
+
+TEST_F(BillingTest, AStatementExplainsEveryFenOfTheMonth) {
+  const std::string u = user("alice", 0);
+  const std::string a = account(u).id;
+  auto tz = TimeZone::load("Asia/Shanghai");
+  ASSERT_TRUE(tz) << tz.error().detail;
+  auto bounds = month_bounds("2027-02", *tz);
+  ASSERT_TRUE(bounds);
+  EXPECT_EQ(format_rfc3339(bounds->first), "2027-01-31T16:00:00Z");
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return post_entry(db, a, NewEntry{EntryKind::credit, 10000, u, {}, {}, 0, "top-up"}, bounds->first + hours(1));
+  }));
+  ASSERT_TRUE(write([&](store::Database& db) { return open_run(db, "i-x", u, false, 198, bounds->first + hours(2)); }));
+  for (int h = 3; h < 30; ++h)
+    ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, bounds->first + hours(h)); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, "i-x", bounds->first + hours(30), bounds->first + hours(30)); }));
+  auto doc = write([&](store::Database& db) { return statement(db, a, "2027-02", *tz, "CNY"); });
+  ASSERT_TRUE(doc) << doc.error().detail;
+  std::int64_t lines = 0;
+  for (const auto& l : doc->at("lines").as_array()) lines += l.as_object().at("amount").as_int64();
+  EXPECT_EQ(doc->at("opening_balance").as_int64() + lines, doc->at("closing_balance").as_int64());
+  EXPECT_EQ(doc->at("charges").as_object().at("compute").as_int64(), 198 * 28);
+  EXPECT_EQ(doc->at("closing_balance").as_int64(), 10000 - 198 * 28);
+}
+
+TEST_F(BillingTest, TimeZonesFindLocalDaysAndCalendarMonths) {
+  auto tz = TimeZone::load("America/New_York");
+  ASSERT_TRUE(tz) << tz.error().detail;
+  // 2027-03-14 is the spring-forward day: its midnight is still EST (-5).
+  EXPECT_EQ(format_rfc3339(tz->start_of({2027, 3, 14})), "2027-03-14T05:00:00Z");
+  EXPECT_EQ(format_rfc3339(tz->start_of({2027, 3, 15})), "2027-03-15T04:00:00Z");
+  // A calendar month from Jan 31 ends on the last day of February.
+  auto jan31 = tz->start_of({2027, 1, 31}) + hours(10);
+  EXPECT_EQ(format_rfc3339(tz->add_months(jan31, 1)), "2027-02-28T15:00:00Z");
+  EXPECT_FALSE(TimeZone::load("Nowhere/Land"));
+}
+
+// The property test: random sequences over several users; after every step each ledger sums
+// to its balance, no entry already written changed, and each meter's charged total is
+// floor(accrued ÷ divisor) once settled.
+TEST_F(BillingTest, PropertyLedgerSumsMatchBalancesAndChargesMatchMetersOverRandomSequences) {
+  constexpr int kSequences = 10000;
+  std::mt19937_64 rng(20261202);
+  std::vector<std::string> users;
+  for (int i = 0; i < 4; ++i) users.push_back(user("user" + std::to_string(i), 50000));
+  std::map<std::string, std::int64_t> price_of;  // instance → price at its run's start
+  std::map<std::string, bool> running;
+  std::map<std::string, std::string> owner_of;
+  std::map<std::string, Entry> seen;  // every entry ever read, by id: must never change
+  std::int64_t price = 198;
+  SysTime now = t0_;
+  int crashes = 0;
+  for (int step = 0; step < kSequences; ++step) {
+    const int op = static_cast<int>(rng() % 8);
+    const std::string& u = users[rng() % users.size()];
+    const std::string inst = "i-" + std::to_string(rng() % 12);
+    if (!owner_of.count(inst)) owner_of[inst] = u;
+    const std::string& owner = owner_of[inst];
+    now += milliseconds(static_cast<std::int64_t>(rng() % 4'000'000));  // up to ~67 minutes
+    Status s = ok();
+    switch (op) {
+      case 0:  // start a run at today's price
+        if (!running[inst]) {
+          s = write([&](store::Database& db) { return open_run(db, inst, owner, rng() % 5 == 0, price, now); });
+          if (s) running[inst] = true, price_of[inst] = price;
+        }
+        break;
+      case 1:  // stop it
+        if (running[inst]) {
+          s = write([&](store::Database& db) { return close_run(db, inst, now, now); });
+          if (s) running[inst] = false;
+        }
+        break;
+      case 2:  // a credit
+        s = write([&](store::Database& db) {
+          return Status(post_entry(db, account_id_for_user(u), NewEntry{EntryKind::credit, static_cast<std::int64_t>(rng() % 5000) + 1, u, {}, {}, 0, ""}, now)
+                            .map([](auto&&) {}));
+        });
+        break;
+      case 3:  // the hourly settlement
+        s = write([&](store::Database& db) { return Status(settle_open_meters(db, now).map([](auto&&) {})); });
+        break;
+      case 4:  // a price change: applies from the next start
+        price = 100 + static_cast<std::int64_t>(rng() % 400);
+        break;
+      case 5:  // a data disk appears, grows or goes
+        s = write([&](store::Database& db) {
+          const auto gib = rng() % 3 == 0 ? std::optional<std::int64_t>{} : std::optional<std::int64_t>(rng() % 500 + 1);
+          return follow_data_disk(db, "d-" + inst, owner, gib, now);
+        });
+        break;
+      case 6: {  // a crash half-way through a settlement: everything of it rolls back
+        auto before = account(u).balance;
+        auto crashed = write([&](store::Database& db) -> Status {
+          if (auto r = settle_open_meters(db, now); !r) return fail(r.error());
+          return fail(ErrorCode::internal, "killed");
+        });
+        EXPECT_FALSE(crashed);
+        EXPECT_EQ(account(u).balance, before);
+        ++crashes;
+        break;
+      }
+      default:  // a charge per account kind that posts nothing when nothing is due
+        s = write([&](store::Database& db) {
+          return Status(settle_open_meters(db, now, account_id_for_user(u)).map([](auto&&) {}));
+        });
+    }
+    ASSERT_TRUE(s) << "step " << step << ": " << s.error().detail;
+    if (step % 500 == 0 || step == kSequences - 1) {
+      for (const auto& who : users) {
+        expect_ledger_consistent(who);
+        for (const auto& e : all_entries(account_id_for_user(who))) {
+          auto [it, fresh] = seen.emplace(e.id, e);
+          if (!fresh) {
+            EXPECT_EQ(it->second.amount, e.amount);
+            EXPECT_EQ(it->second.balance_after, e.balance_after);
+            EXPECT_EQ(it->second.time, e.time);
+          }
+        }
+      }
+    }
+  }
+  // Close everything and settle: every meter charged exactly floor(accrued ÷ divisor).
+  for (auto& [inst, on] : running)
+    if (on) {
+      ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, inst, now, now); }));
+    }
+  ASSERT_TRUE(write([&](store::Database& db) { return Status(settle_open_meters(db, now + hours(1)).map([](auto&&) {})); }));
+  auto meters = write([&](store::Database& db) -> Result<std::vector<store::Row>> {
+    return db.all("SELECT accrued, divisor, charged, open_since FROM meters", {});
+  });
+  ASSERT_TRUE(meters);
+  std::int64_t charged_total = 0;
+  for (const auto& m : *meters) {
+    if (!m.is_null(3)) continue;  // an open storage meter is settled up to the last pass only
+    EXPECT_EQ(m.int64(2), m.int64(0) / m.int64(1));
+    charged_total += m.int64(2);
+  }
+  EXPECT_GT(charged_total, 0);
+  EXPECT_GT(crashes, 100);
+  for (const auto& who : users) expect_ledger_consistent(who);
+}
+
+}  // namespace
+}  // namespace gpucloud::billing

@@ -1,0 +1,294 @@
+#include "billing/ledger.h"
+
+#include <boost/json/serialize.hpp>
+
+#include "core/ids.h"
+#include "events/events.h"
+
+namespace gpucloud::billing {
+namespace json = boost::json;
+
+namespace {
+
+constexpr const char* kAccountColumns =
+    "SELECT id, kind, name, balance, entries, arrears_since, arrears_warned, alert_threshold, alert_webhook_url, "
+    "alert_armed, created_at FROM billing_accounts ";
+constexpr const char* kEntryColumns =
+    "SELECT id, account_id, seq, user_id, time, amount, balance_after, kind, resource, resource_kind, quantity, "
+    "description FROM ledger_entries ";
+
+Account account_from(const store::Row& r) {
+  Account a;
+  a.id = r.text(0);
+  a.kind = r.text(1);
+  a.name = r.text(2);
+  a.balance = r.int64(3);
+  a.entries = r.int64(4);
+  if (auto t = r.opt_int64(5)) a.arrears_since = from_unix_micros(*t);
+  a.arrears_warned = static_cast<int>(r.int64(6));
+  a.alert_threshold = r.opt_int64(7);
+  a.alert_webhook_url = r.opt_text(8);
+  a.alert_armed = r.int64(9) != 0;
+  a.created_at = from_unix_micros(r.int64(10));
+  return a;
+}
+
+EntryKind entry_kind_from(std::string_view s) {
+  if (s == "credit") return EntryKind::credit;
+  if (s == "subscription") return EntryKind::subscription;
+  if (s == "refund") return EntryKind::refund;
+  if (s == "adjustment") return EntryKind::adjustment;
+  return EntryKind::charge;
+}
+
+Entry entry_from(const store::Row& r) {
+  Entry e;
+  e.id = r.text(0);
+  e.account_id = r.text(1);
+  e.seq = r.int64(2);
+  e.user_id = r.opt_text(3);
+  e.time = from_unix_micros(r.int64(4));
+  e.amount = r.int64(5);
+  e.balance_after = r.int64(6);
+  e.kind = entry_kind_from(r.text(7));
+  e.resource = r.opt_text(8);
+  e.resource_kind = r.opt_text(9);
+  e.quantity = r.int64(10);
+  e.description = r.text(11);
+  return e;
+}
+
+Result<std::vector<Entry>> entries(store::Database& db, const std::string& sql, std::initializer_list<store::Arg> args) {
+  auto rows = db.all(sql, args);
+  if (!rows) return fail(rows.error());
+  std::vector<Entry> out;
+  out.reserve(rows->size());
+  for (const auto& r : *rows) out.push_back(entry_from(r));
+  return out;
+}
+
+// The arrears mark and the balance alert follow every balance change, in its transaction.
+Status follow_balance(store::Database& db, const Account& before, std::int64_t balance, std::int64_t change,
+                      const std::optional<std::string>& owner, SysTime now) {
+  if (balance <= 0 && change < 0 && !before.arrears_since) {
+    if (auto s = db.run("UPDATE billing_accounts SET arrears_since = ?, arrears_warned = 0 WHERE id = ? AND "
+                        "arrears_since IS NULL",
+                        {to_unix_micros(now), before.id});
+        !s)
+      return s;
+    if (auto s = events::record(db, now, "billing.arrears", before.id, owner,
+                                "the balance reached zero: pay-as-you-go instances stop, creates and starts are refused",
+                                {{"balance", balance}});
+        !s)
+      return s;
+  } else if (balance > 0 && before.arrears_since) {
+    if (auto s = db.run("UPDATE billing_accounts SET arrears_since = NULL, arrears_warned = 0 WHERE id = ?", {before.id}); !s)
+      return s;
+    if (auto s = events::record(db, now, "billing.arrears_lifted", before.id, owner,
+                                "the balance is positive again: creates and starts are allowed", {{"balance", balance}});
+        !s)
+      return s;
+  }
+  if (change > 0 && !before.arrears_since && before.arrears_warned != 0)
+    // A top-up before the balance ran out: the next projected zero is warned about again.
+    if (auto s = db.run("UPDATE billing_accounts SET arrears_warned = 0 WHERE id = ?", {before.id}); !s) return s;
+  if (!before.alert_threshold) return ok();
+  const std::int64_t threshold = *before.alert_threshold;
+  if (before.alert_armed && balance < threshold) {
+    // One notification per downward crossing: disarmed until the balance is back at or above.
+    if (auto s = db.run("UPDATE billing_accounts SET alert_armed = 0 WHERE id = ?", {before.id}); !s) return s;
+    json::object body{{"event", "balance_low"},
+                      {"user", owner ? json::value(*owner) : json::value(nullptr)},
+                      {"account", before.id},
+                      {"balance", balance},
+                      {"threshold", threshold},
+                      {"time", format_rfc3339(now)}};
+    if (before.alert_webhook_url && !before.alert_webhook_url->empty())
+      if (auto s = db.run("INSERT INTO webhook_outbox (id, account_id, url, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                          {new_id("wh"), before.id, *before.alert_webhook_url, json::serialize(body), to_unix_micros(now)});
+          !s)
+        return s;
+    return events::record(db, now, "billing.low_balance", before.id, owner,
+                          "the balance fell below the alert threshold", {{"balance", balance}, {"threshold", threshold}});
+  }
+  if (!before.alert_armed && balance >= threshold)
+    return db.run("UPDATE billing_accounts SET alert_armed = 1 WHERE id = ?", {before.id});
+  return ok();
+}
+
+}  // namespace
+
+std::string_view to_string(EntryKind kind) {
+  switch (kind) {
+    case EntryKind::charge: return "charge";
+    case EntryKind::credit: return "credit";
+    case EntryKind::subscription: return "subscription";
+    case EntryKind::refund: return "refund";
+    case EntryKind::adjustment: return "adjustment";
+  }
+  return "charge";
+}
+
+std::string account_id_for_user(const std::string& user_id) {
+  return "ba-" + (user_id.size() > 2 ? user_id.substr(2) : user_id);
+}
+
+Status open_account(store::Database& db, const std::string& user_id, const std::string& username,
+                    std::int64_t signup_credit, SysTime now) {
+  const std::string id = account_id_for_user(user_id);
+  if (auto s = db.run("INSERT INTO billing_accounts (id, kind, name, created_at) VALUES (?, 'user', ?, ?) "
+                      "ON CONFLICT (id) DO NOTHING",
+                      {id, username, to_unix_micros(now)});
+      !s)
+    return s;
+  const bool made = db.changes() > 0;
+  if (auto s = db.run("UPDATE users SET billing_account = ? WHERE id = ? AND billing_account IS NULL", {id, user_id}); !s)
+    return s;
+  if (made && signup_credit > 0) {
+    NewEntry credit{EntryKind::credit, signup_credit, user_id, std::nullopt, std::nullopt, 0, "sign-up credit"};
+    if (auto e = post_entry(db, id, credit, now); !e) return fail(e.error());
+  }
+  return ok();
+}
+
+Result<Account> load_account(store::Database& db, const std::string& account_id) {
+  auto row = db.one(std::string(kAccountColumns) + "WHERE id = ?", {account_id});
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::not_found, "billing account " + account_id + " not found");
+  return account_from(**row);
+}
+
+Result<Account> account_of_user(store::Database& db, const std::string& user_id) {
+  auto row = db.one("SELECT billing_account FROM users WHERE id = ?", {user_id});
+  if (!row) return fail(row.error());
+  if (!*row || (*row)->is_null(0)) return fail(ErrorCode::not_found, "user " + user_id + " has no billing account");
+  return load_account(db, (*row)->text(0));
+}
+
+Result<Entry> post_entry(store::Database& db, const std::string& account_id, const NewEntry& in, SysTime now) {
+  auto posted = post_entries(db, account_id, {in}, now);
+  if (!posted) return fail(posted.error());
+  return std::move(posted->front());
+}
+
+Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& account_id,
+                                        const std::vector<NewEntry>& in, SysTime now) {
+  std::vector<Entry> out;
+  if (in.empty()) return out;
+  auto before = load_account(db, account_id);
+  if (!before) return fail(before.error());
+  std::int64_t total = 0;
+  for (const auto& e : in) total += e.amount;
+  // The compare-and-set on `entries`: a writer that read the account before another append
+  // fails here instead of chaining two entries after one balance.
+  if (auto s = db.run("UPDATE billing_accounts SET balance = balance + ?, entries = entries + ? WHERE id = ? AND entries = ?",
+                      {total, static_cast<std::int64_t>(in.size()), account_id, before->entries});
+      !s)
+    return fail(s.error());
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "billing account " + account_id + " changed; try again");
+  db.note_billing_change(account_id);
+  out.reserve(in.size());
+  std::int64_t balance = before->balance, seq = before->entries;
+  for (const auto& n : in) {
+    Entry e;
+    e.id = new_id("le");
+    e.account_id = account_id;
+    e.seq = ++seq;
+    e.user_id = n.user_id;
+    e.time = now;
+    e.amount = n.amount;
+    e.balance_after = balance += n.amount;
+    e.kind = n.kind;
+    e.resource = n.resource;
+    e.resource_kind = n.resource_kind;
+    e.quantity = n.quantity;
+    e.description = n.description;
+    if (auto s = db.run("INSERT INTO ledger_entries (id, account_id, seq, user_id, time, amount, balance_after, kind, "
+                        "resource, resource_kind, quantity, description) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        {e.id, account_id, e.seq, e.user_id, to_unix_micros(now), e.amount, e.balance_after,
+                         std::string(to_string(e.kind)), e.resource, e.resource_kind, e.quantity, e.description});
+        !s)
+      return fail(s.error());
+    out.push_back(std::move(e));
+  }
+  // Within one batch the balance moves one way for charges, so testing the final balance
+  // finds the same crossings as testing each entry.
+  if (auto s = follow_balance(db, *before, balance, total, out.back().user_id, now); !s) return fail(s.error());
+  return out;
+}
+
+Result<std::vector<Entry>> list_entries(store::Database& db, const std::string& account_id, const LedgerQuery& q) {
+  const std::int64_t since = q.since ? to_unix_micros(*q.since) : INT64_MIN;
+  const std::int64_t until = q.until ? to_unix_micros(*q.until) : INT64_MAX;
+  const auto limit = static_cast<std::int64_t>(q.limit);
+  if (q.before)
+    return entries(db,
+                   std::string(kEntryColumns) +
+                       "WHERE account_id = ? AND time >= ? AND time < ? AND (time < ? OR (time = ? AND id < ?)) "
+                       "ORDER BY time DESC, id DESC LIMIT ?",
+                   {account_id, since, until, to_unix_micros(q.before->first), to_unix_micros(q.before->first),
+                    q.before->second, limit});
+  return entries(db,
+                 std::string(kEntryColumns) +
+                     "WHERE account_id = ? AND time >= ? AND time < ? ORDER BY time DESC, id DESC LIMIT ?",
+                 {account_id, since, until, limit});
+}
+
+Result<std::vector<Entry>> entries_between(store::Database& db, const std::string& account_id, SysTime since,
+                                           SysTime until) {
+  return entries(db, std::string(kEntryColumns) + "WHERE account_id = ? AND time >= ? AND time < ? ORDER BY seq",
+                 {account_id, to_unix_micros(since), to_unix_micros(until)});
+}
+
+Result<std::int64_t> balance_before(store::Database& db, const std::string& account_id, SysTime t) {
+  auto row = db.one("SELECT balance_after FROM ledger_entries WHERE account_id = ? AND time < ? ORDER BY seq DESC LIMIT 1",
+                    {account_id, to_unix_micros(t)});
+  if (!row) return fail(row.error());
+  return *row ? (*row)->int64(0) : 0;
+}
+
+Status set_alert(store::Database& db, const std::string& account_id, std::optional<std::int64_t> threshold,
+                 std::optional<std::string> webhook_url) {
+  auto account = load_account(db, account_id);
+  if (!account) return fail(account.error());
+  // Armed only when the balance is at or above it: setting a threshold above the balance is
+  // not a crossing.
+  const bool armed = !threshold || account->balance >= *threshold;
+  return db.run("UPDATE billing_accounts SET alert_threshold = ?, alert_webhook_url = ?, alert_armed = ? WHERE id = ?",
+                {threshold, webhook_url, armed, account_id});
+}
+
+std::string account_state(const Account& a) {
+  if (a.arrears_since || a.balance < 0) return "arrears";
+  if (a.alert_threshold && a.balance < *a.alert_threshold) return "low";
+  return "ok";
+}
+
+json::object account_json(const Account& a, const std::string& currency) {
+  json::value alert = nullptr;
+  if (a.alert_threshold)
+    alert = json::object{{"threshold", *a.alert_threshold},
+                         {"webhook_url", a.alert_webhook_url ? json::value(*a.alert_webhook_url) : json::value(nullptr)}};
+  return {{"id", a.id},
+          {"kind", a.kind},
+          {"balance", a.balance},
+          {"currency", currency},
+          {"state", account_state(a)},
+          {"alert", alert},
+          {"arrears_since", a.arrears_since ? json::value(format_rfc3339(*a.arrears_since)) : json::value(nullptr)}};
+}
+
+json::object entry_json(const Entry& e) {
+  return {{"id", e.id},
+          {"seq", e.seq},
+          {"time", format_rfc3339(e.time)},
+          {"amount", e.amount},
+          {"balance_after", e.balance_after},
+          {"kind", std::string(to_string(e.kind))},
+          {"resource", e.resource ? json::value(*e.resource) : json::value(nullptr)},
+          {"resource_kind", e.resource_kind ? json::value(*e.resource_kind) : json::value(nullptr)},
+          {"quantity", e.quantity},
+          {"description", e.description}};
+}
+
+}  // namespace gpucloud::billing

@@ -1,0 +1,94 @@
+#pragma once
+// Billing accounts and their ledger (spec "Billing"). A balance changes only through
+// post_entry(): it appends one immutable entry and moves the balance in the same statement
+// pair, so the sum of an account's entries equals its balance, always. Entries chain per
+// account by `seq` (a unique index), so two writers can never both append after the same
+// balance. One account per user today; `kind = group` keeps the model open to a lab's shared
+// budget that several users draw on.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "core/result.h"
+#include "core/time_format.h"
+#include "store/database.h"
+
+namespace gpucloud::billing {
+
+enum class EntryKind { charge, credit, subscription, refund, adjustment };
+std::string_view to_string(EntryKind kind);
+
+struct Account {
+  std::string id, kind, name;
+  std::int64_t balance = 0;
+  std::int64_t entries = 0;  // the seq of the newest entry
+  std::optional<SysTime> arrears_since;
+  int arrears_warned = 0;  // bit set of the arrears warnings already sent (see arrears.h)
+  std::optional<std::int64_t> alert_threshold;
+  std::optional<std::string> alert_webhook_url;
+  bool alert_armed = true;
+  SysTime created_at;
+};
+
+struct Entry {
+  std::string id, account_id;
+  std::int64_t seq = 0;
+  std::optional<std::string> user_id;
+  SysTime time;
+  std::int64_t amount = 0, balance_after = 0;
+  EntryKind kind = EntryKind::charge;
+  std::optional<std::string> resource, resource_kind;
+  std::int64_t quantity = 0;  // seconds (compute) or GiB-seconds (storage) a charge covers
+  std::string description;
+};
+
+// "u-XXXX" → "ba-XXXX" (migration 11 derives it the same way).
+std::string account_id_for_user(const std::string& user_id);
+
+// A new user's account, with `signup_credit` as its first entry when positive. Idempotent.
+Status open_account(store::Database& db, const std::string& user_id, const std::string& username,
+                    std::int64_t signup_credit, SysTime now);
+Result<Account> load_account(store::Database& db, const std::string& account_id);
+// The account a user draws on.
+Result<Account> account_of_user(store::Database& db, const std::string& user_id);
+
+struct NewEntry {
+  EntryKind kind = EntryKind::charge;
+  std::int64_t amount = 0;  // charges negative
+  std::optional<std::string> user_id, resource, resource_kind;
+  std::int64_t quantity = 0;
+  std::string description;
+};
+// Appends the entry and moves the balance; the arrears mark and the alert's crossing follow
+// the new balance in the same transaction (an alert crossing queues its webhook and event).
+Result<Entry> post_entry(store::Database& db, const std::string& account_id, const NewEntry& entry, SysTime now);
+// Several entries at once (a settlement's charges): one balance update for the batch.
+Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& account_id,
+                                        const std::vector<NewEntry>& entries, SysTime now);
+
+struct LedgerQuery {
+  std::optional<SysTime> since, until;
+  std::optional<std::pair<SysTime, std::string>> before;  // keyset cursor (time, id)
+  std::size_t limit = 100;
+};
+// Newest first.
+Result<std::vector<Entry>> list_entries(store::Database& db, const std::string& account_id, const LedgerQuery& q);
+// Oldest first, every entry in [since, until).
+Result<std::vector<Entry>> entries_between(store::Database& db, const std::string& account_id, SysTime since,
+                                           SysTime until);
+// The balance just before `t` (the balance_after of the last entry before it; 0 if none).
+Result<std::int64_t> balance_before(store::Database& db, const std::string& account_id, SysTime t);
+
+// Sets or clears the balance alert; armed again when the balance is at or above it.
+Status set_alert(store::Database& db, const std::string& account_id, std::optional<std::int64_t> threshold,
+                 std::optional<std::string> webhook_url);
+
+// "ok" | "low" (below the alert's threshold) | "arrears".
+std::string account_state(const Account& account);
+boost::json::object account_json(const Account& account, const std::string& currency);
+boost::json::object entry_json(const Entry& entry);
+
+}  // namespace gpucloud::billing

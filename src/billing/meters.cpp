@@ -1,0 +1,242 @@
+#include "billing/meters.h"
+
+#include <algorithm>
+#include <map>
+
+#include "billing/ledger.h"
+#include "core/ids.h"
+
+namespace gpucloud::billing {
+
+namespace {
+
+constexpr const char* kMeterColumns =
+    "SELECT id, account_id, user_id, resource, kind, divisor, rate, gib, open_since, accrued, quantity, charged, "
+    "settled_quantity, settled_until, generation, created_at FROM meters ";
+
+Meter meter_from(const store::Row& r) {
+  Meter m;
+  m.id = r.text(0);
+  m.account_id = r.text(1);
+  m.user_id = r.text(2);
+  m.resource = r.text(3);
+  m.kind = parse_meter_kind(r.text(4)).value_or(MeterKind::compute);
+  m.divisor = r.int64(5);
+  m.rate = r.int64(6);
+  m.gib = r.int64(7);
+  if (auto t = r.opt_int64(8)) m.open_since = from_unix_micros(*t);
+  m.accrued = r.int64(9);
+  m.quantity = r.int64(10);
+  m.charged = r.int64(11);
+  m.settled_quantity = r.int64(12);
+  m.settled_until = from_unix_micros(r.int64(13));
+  m.generation = r.int64(14);
+  m.created_at = from_unix_micros(r.int64(15));
+  return m;
+}
+
+Result<std::vector<Meter>> meters(store::Database& db, const std::string& sql, std::initializer_list<store::Arg> args) {
+  auto rows = db.all(sql, args);
+  if (!rows) return fail(rows.error());
+  std::vector<Meter> out;
+  out.reserve(rows->size());
+  for (const auto& r : *rows) out.push_back(meter_from(r));
+  return out;
+}
+
+std::int64_t whole_seconds(SysTime from, SysTime to) {
+  return std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(to - from).count());
+}
+
+std::int64_t quantity_per_second(const Meter& m) { return is_compute(m.kind) ? 1 : m.gib; }
+
+std::string describe(const Meter& m, std::int64_t quantity) {
+  if (is_compute(m.kind))
+    return std::string(to_string(m.kind)) + " " + std::to_string(quantity) + " s at " + std::to_string(m.rate) +
+           " per hour";
+  return std::string(to_string(m.kind)) + " " + std::to_string(m.gib) + " GiB, " + std::to_string(quantity) +
+         " GiB-s";
+}
+
+// The charge a settlement at `t` makes, and the meter row it leaves (not yet written).
+struct Settlement {
+  NewEntry entry;
+  std::int64_t charged = 0, settled_quantity = 0;
+};
+std::optional<Settlement> settlement_of(const Meter& m, SysTime t) {
+  const std::int64_t due = due_at(m, t);
+  if (due <= 0) return std::nullopt;
+  const std::int64_t quantity = quantity_at(m, t) - m.settled_quantity;
+  Settlement s;
+  s.entry = NewEntry{EntryKind::charge, -due, m.user_id, m.resource, std::string(to_string(m.kind)), quantity,
+                     describe(m, quantity)};
+  s.charged = m.charged + due;
+  s.settled_quantity = quantity_at(m, t);
+  return s;
+}
+
+Status write_settled(store::Database& db, const Meter& m, const Settlement& s, SysTime t) {
+  if (auto r = db.run("UPDATE meters SET charged = ?, settled_quantity = ?, settled_until = ?, generation = generation + 1 "
+                      "WHERE id = ? AND generation = ?",
+                      {s.charged, s.settled_quantity, to_unix_micros(t), m.id, m.generation});
+      !r)
+    return r;
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "meter " + m.id + " changed during its settlement");
+  return ok();
+}
+
+}  // namespace
+
+std::string_view to_string(MeterKind kind) {
+  switch (kind) {
+    case MeterKind::compute: return "compute";
+    case MeterKind::compute_no_gpu: return "compute_no_gpu";
+    case MeterKind::system_disk: return "system_disk";
+    case MeterKind::data_disk: return "data_disk";
+    case MeterKind::snapshot: return "snapshot";
+    case MeterKind::image: return "image";
+  }
+  return "compute";
+}
+
+std::optional<MeterKind> parse_meter_kind(std::string_view t) {
+  for (auto k : {MeterKind::compute, MeterKind::compute_no_gpu, MeterKind::system_disk, MeterKind::data_disk,
+                 MeterKind::snapshot, MeterKind::image})
+    if (to_string(k) == t) return k;
+  return std::nullopt;
+}
+
+bool is_compute(MeterKind kind) { return kind == MeterKind::compute || kind == MeterKind::compute_no_gpu; }
+
+std::int64_t accrued_at(const Meter& m, SysTime t) {
+  if (!m.open_since) return m.accrued;
+  return m.accrued + m.rate * whole_seconds(*m.open_since, t);
+}
+
+std::int64_t quantity_at(const Meter& m, SysTime t) {
+  if (!m.open_since) return m.quantity;
+  return m.quantity + quantity_per_second(m) * whole_seconds(*m.open_since, t);
+}
+
+std::int64_t due_at(const Meter& m, SysTime t) {
+  return std::max<std::int64_t>(0, accrued_at(m, t) / m.divisor - m.charged);
+}
+
+Result<std::optional<Meter>> load_meter(store::Database& db, const std::string& resource, MeterKind kind) {
+  auto found = meters(db, std::string(kMeterColumns) + "WHERE resource = ? AND kind = ?",
+                      {resource, std::string(to_string(kind))});
+  if (!found) return fail(found.error());
+  if (found->empty()) return std::optional<Meter>{};
+  return std::optional<Meter>{std::move(found->front())};
+}
+
+Result<std::vector<Meter>> meters_of_resource(store::Database& db, const std::string& resource) {
+  return meters(db, std::string(kMeterColumns) + "WHERE resource = ? ORDER BY kind", {resource});
+}
+
+Result<std::vector<Meter>> open_meters(store::Database& db) {
+  return meters(db, std::string(kMeterColumns) + "WHERE open_since IS NOT NULL ORDER BY account_id, id", {});
+}
+
+Result<std::vector<Meter>> open_meters_of_account(store::Database& db, const std::string& account_id) {
+  return meters(db, std::string(kMeterColumns) + "WHERE account_id = ? AND open_since IS NOT NULL ORDER BY id",
+                {account_id});
+}
+
+Status open_meter(store::Database& db, const std::string& user_id, const std::string& resource, MeterKind kind,
+                  std::int64_t rate, std::int64_t gib, SysTime since) {
+  auto existing = load_meter(db, resource, kind);
+  if (!existing) return fail(existing.error());
+  if (!*existing) {
+    auto account = account_of_user(db, user_id);
+    if (!account) return fail(account.error());
+    db.note_billing_change(account->id);
+    return db.run("INSERT INTO meters (id, account_id, user_id, resource, kind, divisor, rate, gib, open_since, "
+                  "settled_until, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  {new_id("m"), account->id, user_id, resource, std::string(to_string(kind)),
+                   is_compute(kind) ? kComputeDivisor : kStorageDivisor, rate, gib, to_unix_micros(since),
+                   to_unix_micros(since), to_unix_micros(since)});
+  }
+  const Meter& m = **existing;
+  if (m.open_since && m.rate == rate && m.gib == gib) return ok();
+  // Fold the open interval into the closed totals, then open again at the new rate.
+  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, rate = ?, gib = ?, open_since = ?, "
+                      "generation = generation + 1 WHERE id = ? AND generation = ?",
+                      {accrued_at(m, since), quantity_at(m, since), rate, gib, to_unix_micros(since), m.id, m.generation});
+      !s)
+    return s;
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "meter " + m.id + " changed while opening");
+  db.note_billing_change(m.account_id);
+  return ok();
+}
+
+Status close_meter(store::Database& db, const std::string& resource, MeterKind kind, SysTime until, SysTime now) {
+  auto existing = load_meter(db, resource, kind);
+  if (!existing) return fail(existing.error());
+  if (!*existing || !(*existing)->open_since) return ok();
+  Meter m = **existing;
+  const SysTime end = std::max(until, *m.open_since);
+  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, open_since = NULL, generation = generation + 1 "
+                      "WHERE id = ? AND generation = ?",
+                      {accrued_at(m, end), quantity_at(m, end), m.id, m.generation});
+      !s)
+    return s;
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "meter " + m.id + " changed while closing");
+  db.note_billing_change(m.account_id);
+  m.accrued = accrued_at(m, end);
+  m.quantity = quantity_at(m, end);
+  m.open_since.reset();
+  m.generation += 1;
+  return settle_meter(db, m, std::max(now, end));
+}
+
+Status follow_storage(store::Database& db, const std::string& user_id, const std::string& resource, MeterKind kind,
+                      std::optional<std::int64_t> gib, std::int64_t micros_per_gib_hour, SysTime now) {
+  if (!gib || *gib <= 0) return close_meter(db, resource, kind, now, now);
+  return open_meter(db, user_id, resource, kind, *gib * micros_per_gib_hour, *gib, now);
+}
+
+Status settle_meter(store::Database& db, const Meter& m, SysTime t) {
+  auto s = settlement_of(m, t);
+  if (!s) return ok();
+  if (auto posted = post_entry(db, m.account_id, s->entry, t); !posted) return fail(posted.error());
+  return write_settled(db, m, *s, t);
+}
+
+Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const std::optional<std::string>& account_id) {
+  auto open = account_id ? open_meters_of_account(db, *account_id) : open_meters(db);
+  if (!open) return fail(open.error());
+  SettlementSummary summary;
+  summary.meters = open->size();
+  // One balance update per account for all of its meters (they come ordered by account).
+  for (std::size_t i = 0; i < open->size();) {
+    std::size_t j = i;
+    std::vector<NewEntry> batch;
+    std::vector<std::pair<const Meter*, Settlement>> settled;
+    for (; j < open->size() && (*open)[j].account_id == (*open)[i].account_id; ++j)
+      if (auto s = settlement_of((*open)[j], t)) {
+        batch.push_back(s->entry);
+        settled.emplace_back(&(*open)[j], std::move(*s));
+      }
+    if (!batch.empty()) {
+      if (auto posted = post_entries(db, (*open)[i].account_id, batch, t); !posted) return fail(posted.error());
+      for (const auto& [meter, s] : settled) {
+        if (auto w = write_settled(db, *meter, s, t); !w) return fail(w.error());
+        summary.charged += -s.entry.amount;
+      }
+      summary.entries += batch.size();
+    }
+    i = j;
+  }
+  return summary;
+}
+
+Result<std::int64_t> compute_charged(store::Database& db, const std::string& instance_id) {
+  auto row = db.one("SELECT COALESCE(SUM(charged), 0) FROM meters WHERE resource = ? AND kind IN ('compute', "
+                    "'compute_no_gpu')",
+                    {instance_id});
+  if (!row) return fail(row.error());
+  return (*row)->int64(0);
+}
+
+}  // namespace gpucloud::billing

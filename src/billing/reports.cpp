@@ -1,0 +1,221 @@
+#include "billing/reports.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "billing/ledger.h"
+#include "billing/meters.h"
+#include "market/prices.h"
+
+namespace gpucloud::billing {
+namespace json = boost::json;
+
+namespace {
+
+std::string day_text(const TimeZone::Date& d) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d", d.year, d.month, d.day);
+  return buf;
+}
+
+bool is_storage_kind(std::string_view kind) {
+  return kind == "system_disk" || kind == "data_disk" || kind == "snapshot" || kind == "image";
+}
+
+// Compute quantities are seconds; storage ones GiB-seconds, shown as GiB-hours.
+json::value quantity_json(std::string_view kind, std::int64_t quantity) {
+  if (is_storage_kind(kind)) return static_cast<double>(quantity) / 3600.0;
+  return quantity;
+}
+
+// Per day, in the smallest unit, of a meter's current rate (floored: an estimate).
+std::int64_t per_day(const Meter& m) { return m.rate * 24 * 3600 / m.divisor; }
+
+}  // namespace
+
+Result<json::array> usage(store::Database& db, const std::string& account_id, SysTime since, SysTime until, bool by_day,
+                          const TimeZone& tz) {
+  auto entries = entries_between(db, account_id, since, until);
+  if (!entries) return fail(entries.error());
+  // (day, resource, kind) → (quantity, amount); day is "" when grouped by resource.
+  std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::int64_t, std::int64_t>> groups;
+  for (const auto& e : *entries) {
+    if (e.kind != EntryKind::charge || !e.resource) continue;
+    auto& g = groups[{by_day ? day_text(tz.local_date(e.time)) : std::string(), *e.resource, e.resource_kind.value_or("")}];
+    g.first += e.quantity;
+    g.second += -e.amount;
+  }
+  json::array items;
+  for (const auto& [key, value] : groups) {
+    const auto& [day, resource, kind] = key;
+    json::object o{{"resource", resource},
+                   {"kind", kind},
+                   {"quantity", quantity_json(kind, value.first)},
+                   {"unit", is_storage_kind(kind) ? "gib_hour" : "second"},
+                   {"amount", value.second}};
+    if (by_day) o["day"] = day;
+    items.push_back(std::move(o));
+  }
+  return items;
+}
+
+Result<std::pair<SysTime, SysTime>> month_bounds(const std::string& month, const TimeZone& tz) {
+  int y = 0, m = 0;
+  char tail = 0;
+  if (month.size() != 7 || month[4] != '-' || std::sscanf(month.c_str(), "%4d-%2d%c", &y, &m, &tail) != 2 || m < 1 ||
+      m > 12 || y < 1970 || y > 9999)
+    return fail(ErrorCode::invalid_argument, "month: must be YYYY-MM, like 2026-12");
+  const SysTime start = tz.start_of({y, m, 1});
+  const SysTime end = tz.start_of({m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1});
+  return std::pair{start, end};
+}
+
+Result<json::object> statement(store::Database& db, const std::string& account_id, const std::string& month,
+                               const TimeZone& tz, const std::string& currency) {
+  auto bounds = month_bounds(month, tz);
+  if (!bounds) return fail(bounds.error());
+  auto opening = balance_before(db, account_id, bounds->first);
+  if (!opening) return fail(opening.error());
+  auto entries = entries_between(db, account_id, bounds->first, bounds->second);
+  if (!entries) return fail(entries.error());
+  std::int64_t credits = 0, closing = *opening;
+  std::map<std::string, std::int64_t> charges;
+  json::array lines;
+  for (const auto& e : *entries) {
+    closing = e.balance_after;
+    if (e.amount > 0) credits += e.amount;
+    else charges[e.kind == EntryKind::charge ? e.resource_kind.value_or("charge") : std::string(to_string(e.kind))] +=
+        -e.amount;
+    json::object line = entry_json(e);
+    line["quantity"] = quantity_json(e.resource_kind.value_or(""), e.quantity);
+    lines.push_back(std::move(line));
+  }
+  json::object by_kind;
+  std::int64_t total = 0;
+  for (const auto& [kind, amount] : charges) {
+    by_kind[kind] = amount;
+    total += amount;
+  }
+  return json::object{{"month", month},
+                      {"timezone", tz.name()},
+                      {"currency", currency},
+                      {"opening_balance", *opening},
+                      {"credits", credits},
+                      {"charges", std::move(by_kind)},
+                      {"charges_total", total},
+                      {"closing_balance", closing},
+                      {"lines", std::move(lines)}};
+}
+
+Result<json::array> idle(store::Database& db, const std::string& user_id, SysTime now, int old_snapshot_days) {
+  // Every open storage meter of the user, with what its resource is doing.
+  auto rows = db.all(
+      "SELECT m.resource, m.kind, m.rate, m.divisor, m.gib, "
+      "  i.name, i.state, i.stopped_at, "
+      "  d.name, d.state, d.created_at, di.state, di.stopped_at, "
+      "  s.name, s.created_at, "
+      "  im.name, im.created_at, "
+      "  (SELECT COUNT(*) FROM instances u WHERE u.image_id = m.resource AND u.state != 'released') "
+      "FROM meters m "
+      "LEFT JOIN instances i ON m.kind = 'system_disk' AND i.id = m.resource "
+      "LEFT JOIN disks d ON m.kind = 'data_disk' AND d.id = m.resource "
+      "LEFT JOIN instances di ON di.id = d.instance_id "
+      "LEFT JOIN snapshots s ON m.kind = 'snapshot' AND s.id = m.resource "
+      "LEFT JOIN images im ON m.kind = 'image' AND im.id = m.resource "
+      "WHERE m.user_id = ? AND m.open_since IS NOT NULL AND m.kind IN ('system_disk', 'data_disk', 'snapshot', 'image') "
+      "ORDER BY m.kind, m.resource",
+      {user_id});
+  if (!rows) return fail(rows.error());
+  json::array items;
+  auto add = [&](const store::Row& r, const std::string& name, const std::string& why, std::int64_t since_micros) {
+    Meter m;
+    m.rate = r.int64(2);
+    m.divisor = r.int64(3);
+    items.push_back(json::object{{"resource", r.text(0)},
+                                 {"name", name},
+                                 {"kind", r.text(1)},
+                                 {"size_gib", r.int64(4)},
+                                 {"why", why},
+                                 {"since", format_rfc3339(from_unix_micros(since_micros))},
+                                 {"cost_per_day", per_day(m)}});
+  };
+  const auto old_cutoff = to_unix_micros(now - std::chrono::hours(24) * old_snapshot_days);
+  for (const auto& r : *rows) {
+    const std::string kind = r.text(1);
+    if (kind == "system_disk" && (r.text(6) == "stopped" || r.text(6) == "error"))
+      add(r, r.text(5), "the instance is " + r.text(6), r.opt_int64(7).value_or(0));
+    else if (kind == "data_disk" && r.text(9) == "available")
+      add(r, r.text(8), "not attached to an instance", r.opt_int64(10).value_or(0));
+    else if (kind == "data_disk" && r.text(9) == "attached" && (r.text(11) == "stopped" || r.text(11) == "error"))
+      add(r, r.text(8), "its instance is " + r.text(11), r.opt_int64(12).value_or(0));
+    else if (kind == "snapshot" && r.opt_int64(14).value_or(0) < old_cutoff)
+      add(r, r.text(13), "older than " + std::to_string(old_snapshot_days) + " days", r.opt_int64(14).value_or(0));
+    else if (kind == "image" && r.int64(17) == 0)
+      add(r, r.text(15), "no instance uses it", r.opt_int64(16).value_or(0));
+  }
+  return items;
+}
+
+Result<json::object> estimate(store::Database& db, const EstimateRequest& q, const std::string& currency) {
+  auto prices = market::load_prices(db);
+  if (!prices) return fail(prices.error());
+  std::int64_t per_hour = prices->no_gpu_per_hour, per_week = 0, per_month = 0;
+  if (q.gpu_model && q.gpu_count > 0) {
+    auto it = prices->gpus.find(*q.gpu_model);
+    if (it == prices->gpus.end()) return fail(ErrorCode::invalid_argument, "gpu_model: no offer for " + *q.gpu_model);
+    per_hour = it->second.per_gpu_hour * q.gpu_count;
+    per_week = it->second.per_gpu_week * q.gpu_count;
+    per_month = it->second.per_gpu_month * q.gpu_count;
+  }
+  const std::int64_t system_gib = std::max<std::int64_t>(0, q.system_disk_gib - prices->system_disk_free_gib);
+  const std::int64_t storage_micros_per_hour =
+      system_gib * prices->system_disk_per_gib_hour_micros + q.new_data_disk_gib * prices->data_disk_per_gib_hour_micros;
+  std::int64_t upfront = 0;
+  if (q.billing_mode == "weekly") upfront = per_week;
+  if (q.billing_mode == "monthly") upfront = per_month;
+  const bool subscription = q.billing_mode != "hourly";
+  return json::object{{"currency", currency},
+                      {"billing_mode", q.billing_mode},
+                      {"price_per_hour", per_hour},
+                      {"per_hour", subscription ? 0 : per_hour},
+                      {"per_day", subscription ? 0 : per_hour * 24},
+                      {"per_week", subscription ? 0 : per_hour * 24 * 7},
+                      {"per_month", subscription ? 0 : per_hour * 24 * 30},
+                      {"upfront", upfront},
+                      {"subscription", json::object{{"per_week", per_week}, {"per_month", per_month}}},
+                      {"storage_per_hour_micros", storage_micros_per_hour},
+                      {"storage_per_day", storage_micros_per_hour * 24 / 1000000}};
+}
+
+Result<json::object> revenue_summary(store::Database& db, const std::string& month, const TimeZone& tz,
+                                     const std::string& currency) {
+  auto bounds = month_bounds(month, tz);
+  if (!bounds) return fail(bounds.error());
+  auto rows = db.all(
+      "SELECT kind, COALESCE(resource_kind, ''), SUM(amount), COUNT(*) FROM ledger_entries WHERE time >= ? AND time < ? "
+      "GROUP BY kind, resource_kind ORDER BY kind, resource_kind",
+      {to_unix_micros(bounds->first), to_unix_micros(bounds->second)});
+  if (!rows) return fail(rows.error());
+  json::object by_kind;
+  std::int64_t revenue = 0, credits = 0;
+  for (const auto& r : *rows) {
+    const std::string kind = r.text(0), resource_kind = r.text(1);
+    const std::int64_t sum = r.int64(2);
+    if (kind == "charge" || kind == "subscription") {
+      const std::string key = kind == "charge" ? (resource_kind.empty() ? "charge" : resource_kind) : "subscription";
+      by_kind[key] = (by_kind.contains(key) ? by_kind[key].as_int64() : 0) + -sum;
+      revenue += -sum;
+    } else if (kind == "credit") {
+      credits += sum;
+    } else {
+      by_kind[kind] = (by_kind.contains(kind) ? by_kind[kind].as_int64() : 0) + -sum;
+      revenue += -sum;
+    }
+  }
+  return json::object{{"month", month},       {"timezone", tz.name()}, {"currency", currency},
+                      {"revenue", revenue},   {"by_kind", by_kind},    {"credits", credits}};
+}
+
+}  // namespace gpucloud::billing
