@@ -147,7 +147,9 @@ Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config
   }
   if (!(a.arrears_warned & kReleased) && now >= release_at) {
     for (const auto& user : *users)
-      for (auto state : {instances::InstanceState::stopped, instances::InstanceState::error}) {
+      // `stopping`: the stop at zero may still be under way in the engine.
+      for (auto state : {instances::InstanceState::stopped, instances::InstanceState::error,
+                         instances::InstanceState::stopping}) {
         auto list = instances::list_instances(db, user, state);
         if (!list) return fail(list.error());
         for (const auto& i : *list) {

@@ -3,6 +3,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
 #include "billing/arrears.h"
@@ -163,6 +166,16 @@ asio::awaitable<void> BillingService::account_due(std::string account_id) {
   // The commit re-plans the account when it changed it; when it did not (nothing was due
   // yet, a projection a second short), plan it here.
   co_await plan(account_id);
+}
+
+asio::awaitable<void> BillingService::quiesce(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  asio::steady_timer tick(loop_);
+  while ((planning_ || !to_plan_.empty()) && std::chrono::steady_clock::now() < deadline && !stopped_) {
+    tick.expires_after(std::chrono::milliseconds(2));
+    boost::system::error_code ec;
+    co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
 }
 
 void BillingService::arm_settlement() {

@@ -41,6 +41,9 @@ class BillingService {
   void accounts_changed(std::vector<std::string> account_ids);
   // Re-plans one account now (awaited by handlers so a test clock advanced right after sees it).
   boost::asio::awaitable<void> plan(std::string account_id);
+  // Returns once no account is waiting to be planned (bounded by `limit`): the test clock
+  // awaits it before it moves, so a timer an earlier commit asked for is in place.
+  boost::asio::awaitable<void> quiesce(std::chrono::milliseconds limit = std::chrono::seconds(2));
   // One settlement pass over every open meter, now.
   boost::asio::awaitable<Result<SettlementSummary>> settle_all();
 

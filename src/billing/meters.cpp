@@ -4,6 +4,7 @@
 #include <map>
 
 #include "billing/ledger.h"
+#include "core/fault_points.h"
 #include "core/ids.h"
 
 namespace gpucloud::billing {
@@ -220,6 +221,7 @@ Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, con
       }
     if (!batch.empty()) {
       if (auto posted = post_entries(db, (*open)[i].account_id, batch, t); !posted) return fail(posted.error());
+      fault_point("billing.settle.after_ledger_insert");
       for (const auto& [meter, s] : settled) {
         if (auto w = write_settled(db, *meter, s, t); !w) return fail(w.error());
         summary.charged += -s.entry.amount;

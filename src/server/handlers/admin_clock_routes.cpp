@@ -18,6 +18,7 @@ asio::awaitable<Result<Response>> advance_clock(RequestContext& ctx) {
   if (!seconds) co_return tl::unexpected(seconds.error());
   if (*seconds < 0 || *seconds > 10LL * 365 * 86400)
     co_return fail(ErrorCode::invalid_argument, "advance_seconds: must be from 0 to 10 years");
+  co_await app.billing().quiesce();  // timers asked for by earlier commits are in place
   auto now = co_await app.clock().advance(std::chrono::seconds(*seconds));
   if (!now) co_return tl::unexpected(now.error());
   // Persist the test time so a restart under --test-clock resumes from it.

@@ -176,6 +176,8 @@ TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   dir_ = (fs::temp_directory_path() / ("gpucloud-it-" + random_suffix())).string();
   data_dir_ = dir_ + "/data";
   fs::create_directories(data_dir_);
+  if (options_.signup_credit > 0 && options_.config_toml.find("[billing]") == std::string::npos)
+    options_.config_toml += "\n[billing]\nsignup_credit = " + std::to_string(options_.signup_credit) + "\n";
   if (!options_.config_toml.empty()) {
     std::ofstream(dir_ + "/gpucloud.toml") << options_.config_toml;
   }

@@ -35,6 +35,9 @@ struct DaemonOptions {
   bool test_clock = false;
   std::string admin_password = "admin-password-1";
   std::map<std::string, std::string> env = {{"GPUCLOUD_AGENT_TRANSPORT", "loopback-json"}};
+  // Every new user's first ledger entry ([billing] signup_credit, added to the config unless
+  // it has a [billing] table): creates need a balance. 0 leaves new users at zero.
+  std::int64_t signup_credit = 1'000'000;  // ¥10,000
 };
 
 // At teardown a TestDaemon fails the test (ADD_FAILURE) when its daemon died on its own, did

@@ -1,0 +1,421 @@
+// Billing end to end with --test-clock: a run, a stop and a run again charge exactly
+// floor(P × run_seconds / 3600); a balance that runs out stops the instance at its projected
+// zero, creates are refused with 402, the grace releases it and the data disk waits for the
+// second grace; a top-up lifts the block; a kill -9 inside a settlement neither skips nor
+// repeats a charge; credits are idempotent; a real local receiver gets one webhook per
+// downward crossing, and one after it recovers from a failure.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/capabilities.h"
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace json = boost::json;
+using std::chrono::seconds;
+
+// 3600 fen per hour for the no-GPU size: one fen a second, so seconds read as fen.
+std::string billing_config(std::int64_t signup_credit_fen = -1) {
+  static const int base = port_block();
+  std::string c = R"(
+[[zones]]
+name = "zone-a"
+[[hosts]]
+name = "node-1"
+zone = "zone-a"
+cpu = 4
+memory_gib = 16
+port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 2 } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 198
+price_per_gpu_week = 26600
+price_per_gpu_month = 99800
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 3600
+[storage_prices]
+system_disk_free_gib = 30
+data_disk_per_gib_hour = 0.02
+[alerts]
+allow_private_webhook_targets = true
+[policy]
+arrears_release_instances_after_days = 2
+arrears_delete_disks_after_days = 4
+recycle_days = 1
+)";
+  if (signup_credit_fen >= 0) c += "[billing]\nsignup_credit = " + std::to_string(signup_credit_fen) + "\n";
+  return c;
+}
+
+DaemonOptions options(std::int64_t signup_credit_fen = -1) {
+  DaemonOptions o;
+  o.config_toml = billing_config(signup_credit_fen);
+  o.test_clock = true;
+  return o;
+}
+
+HttpResult advance(const TestDaemon& d, std::int64_t s) {
+  auto r = d.post("/api/v1/admin/clock", {{"advance_seconds", s}}, d.admin_token());
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r;
+}
+
+json::object account(const TestDaemon& d, const std::string& token) {
+  auto r = d.get("/api/v1/billing/account", token);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.json().as_object();
+}
+
+// Every entry of the ledger, oldest first (following the cursor).
+std::vector<json::object> ledger(const TestDaemon& d, const std::string& token) {
+  std::vector<json::object> out;
+  std::string cursor;
+  for (int page = 0; page < 100; ++page) {
+    auto r = d.get("/api/v1/billing/ledger?limit=50" + (cursor.empty() ? "" : "&cursor=" + cursor), token);
+    EXPECT_EQ(r.status, 200) << r.body;
+    json::value doc = r.json();
+    for (const auto& e : doc.at("items").as_array()) out.push_back(e.as_object());
+    if (doc.at("next_cursor").is_null()) break;
+    cursor = std::string(doc.at("next_cursor").as_string());
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// The ledger sums to the balance and chains without gaps.
+void expect_ledger_consistent(const TestDaemon& d, const std::string& token) {
+  auto entries = ledger(d, token);
+  ASSERT_FALSE(entries.empty());
+  std::int64_t sum = 0, seq = 0;
+  for (const auto& e : entries) {
+    sum += e.at("amount").as_int64();
+    EXPECT_EQ(e.at("seq").as_int64(), ++seq);
+    EXPECT_EQ(e.at("balance_after").as_int64(), sum);
+  }
+  EXPECT_EQ(sum, account(d, token).at("balance").as_int64());
+}
+
+std::string credit(const TestDaemon& d, const std::string& user, std::int64_t amount, const std::string& key = "") {
+  std::map<std::string, std::string> headers;
+  if (!key.empty()) headers["Idempotency-Key"] = key;
+  auto r = d.request("POST", "/api/v1/admin/users/" + user + "/credit",
+                     json::serialize(json::object{{"amount", amount}, {"note", "test"}}), d.admin_token(), headers);
+  EXPECT_EQ(r.status, 201) << r.body;
+  return r.body;
+}
+
+HttpResult create_no_gpu(const TestDaemon& d, const std::string& token, const std::string& name, json::object extra = {}) {
+  json::object body{{"name", name}, {"gpu_count", 0}};
+  for (auto& [k, v] : extra) body[k] = v;
+  return d.post("/api/v1/instances", body, token);
+}
+
+TEST(BillingTest, DOCKER_RunStopRunChargesFloorOfPriceTimesRunSeconds) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options());
+  d.start();
+  const std::string alice = d.register_and_login("bill-alice");
+  const std::int64_t start_balance = account(d, alice).at("balance").as_int64();
+  auto r = create_no_gpu(d, alice, "meter");
+  ASSERT_EQ(r.status, 202) << r.body;
+  d.wait_for_state("meter", "running", alice);
+  advance(d, 1000);
+  ASSERT_EQ(d.post("/api/v1/instances/meter/stop", json::object{}, alice).status, 202);
+  d.wait_for_state("meter", "stopped", alice);
+  advance(d, 500);  // stopped: no compute
+  ASSERT_EQ(d.post("/api/v1/instances/meter/start", json::object{}, alice).status, 202);
+  d.wait_for_state("meter", "running", alice);
+  advance(d, 777);
+  ASSERT_EQ(d.post("/api/v1/instances/meter/stop", json::object{}, alice).status, 202);
+  auto stopped = d.wait_for_state("meter", "stopped", alice);
+  const std::int64_t run_seconds = stopped.at("run_seconds").as_int64();
+  EXPECT_EQ(run_seconds, 1777);
+  EXPECT_EQ(stopped.at("charged").as_int64(), 3600 * run_seconds / 3600);
+  EXPECT_EQ(stopped.at("billing").at("price_per_hour").as_int64(), 3600);
+  // The balance moved by exactly the compute (the 30 GiB system disk is within the free allowance).
+  EXPECT_EQ(account(d, alice).at("balance").as_int64(), start_balance - 1777);
+  expect_ledger_consistent(d, alice);
+  // Usage by resource says the same.
+  auto usage = d.get("/api/v1/billing/usage?group_by=resource", alice).json();
+  std::int64_t seconds_used = 0, amount = 0;
+  for (const auto& u : usage.at("items").as_array())
+    if (u.at("kind") == "compute_no_gpu") {
+      seconds_used += u.at("quantity").as_int64();
+      amount += u.at("amount").as_int64();
+    }
+  EXPECT_EQ(seconds_used, 1777);
+  EXPECT_EQ(amount, 1777);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/meter", "", alice).status, 202);
+  d.wait_for_state("meter", "released", alice);
+}
+
+TEST(BillingTest, DOCKER_ArrearsStopAtTheProjectedZeroRefuseCreatesAndReleaseAfterTheGrace) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options(0));
+  d.start();
+  const std::string bob = d.register_and_login("bill-bob");
+  // A new user at zero cannot create: one hour of the price is needed.
+  auto refused = create_no_gpu(d, bob, "broke");
+  EXPECT_EQ(refused.status, 402) << refused.body;
+  EXPECT_EQ(refused.code(), "insufficient_balance");
+  credit(d, "bill-bob", 3700);  // one hour and 100 s
+  auto r = create_no_gpu(d, bob, "runner", {{"data_disks", json::array{json::object{{"size_gib", 1}}}}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  d.wait_for_state("runner", "running", bob);
+  auto disks = d.get("/api/v1/disks", bob).json().at("items").as_array();
+  ASSERT_EQ(disks.size(), 1u);
+  const std::string disk_id = std::string(disks[0].at("id").as_string());
+  advance(d, 3600);  // still 100 fen left (less the disk's storage, well under one fen)
+  EXPECT_EQ(d.get("/api/v1/instances/runner", bob).json().at("state"), "running");
+  advance(d, 150);  // the projected zero passed inside this advance
+  auto stopped = d.wait_for_state("runner", "stopped", bob);
+  EXPECT_EQ(stopped.at("state_reason"), "arrears");
+  // It stopped at the zero, not at the end of the advance: run_seconds ≈ 3700.
+  EXPECT_LE(stopped.at("run_seconds").as_int64(), 3701);
+  EXPECT_GE(stopped.at("run_seconds").as_int64(), 3690);
+  auto acct = account(d, bob);
+  EXPECT_EQ(acct.at("state"), "arrears");
+  EXPECT_FALSE(acct.at("arrears_since").is_null());
+  // Creates and starts are refused while in arrears.
+  EXPECT_EQ(create_no_gpu(d, bob, "again").status, 402);
+  EXPECT_EQ(d.post("/api/v1/instances/runner/start", json::object{}, bob).status, 402);
+  // The warning events came first.
+  auto events = d.get("/api/v1/events?limit=1000", bob).json().at("items").as_array();
+  bool warned_stop = false, arrears = false;
+  for (const auto& e : events) {
+    if (e.at("type") == "billing.arrears_warning" && e.at("data").at("step") == "stop") warned_stop = true;
+    if (e.at("type") == "billing.arrears") arrears = true;
+  }
+  EXPECT_TRUE(warned_stop);
+  EXPECT_TRUE(arrears);
+  // After the first grace (2 days) the stopped instance is released; the detached data disk stays.
+  advance(d, 2 * 86400 + 60);
+  d.wait_for_state("runner", "released", bob);
+  auto disk = d.get("/api/v1/disks/" + disk_id, bob);
+  ASSERT_EQ(disk.status, 200) << disk.body;
+  EXPECT_EQ(disk.json().at("state"), "available");
+  // After the second grace (4 days) it goes to the recycle bin.
+  advance(d, 2 * 86400);
+  auto binned = d.get("/api/v1/disks/" + disk_id, bob).json();
+  EXPECT_EQ(binned.at("state"), "deleted");
+  expect_ledger_consistent(d, bob);
+  // A top-up lifts the block (and restarts nothing).
+  credit(d, "bill-bob", 100000);
+  EXPECT_EQ(account(d, bob).at("state"), "ok");
+  auto fresh = create_no_gpu(d, bob, "again");
+  EXPECT_EQ(fresh.status, 202) << fresh.body;
+  d.wait_for_state("again", "running", bob);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/again", "", bob).status, 202);
+  d.wait_for_state("again", "released", bob);
+}
+
+TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options());
+  d.start();
+  const std::string carol = d.register_and_login("bill-carol");
+  const std::int64_t start_balance = account(d, carol).at("balance").as_int64();
+  ASSERT_EQ(create_no_gpu(d, carol, "crash").status, 202);
+  d.wait_for_state("crash", "running", carol);
+  d.stop();
+  d.start("billing.settle.after_ledger_insert");
+  // The hourly settlement comes due inside this advance; the daemon dies in it.
+  const std::string admin = d.admin_token();
+  try {
+    d.request("POST", "/api/v1/admin/clock", R"({"advance_seconds": 3700})", admin);
+  } catch (const std::exception&) {
+    // the daemon died answering: expected
+  }
+  ASSERT_TRUE(d.killed_at("billing.settle.after_ledger_insert"));
+  d.start();
+  // Nothing of the killed settlement remains; the next one charges the whole hour once.
+  EXPECT_EQ(account(d, carol).at("balance").as_int64(), start_balance);
+  advance(d, 3600);
+  ASSERT_EQ(d.post("/api/v1/instances/crash/stop", json::object{}, carol).status, 202);
+  auto stopped = d.wait_for_state("crash", "stopped", carol);
+  // The killed advance never moved the persisted clock: the run is the hour advanced since,
+  // plus the real seconds the restarts took (the test clock starts from the wall clock).
+  const std::int64_t run = stopped.at("run_seconds").as_int64();
+  EXPECT_GE(run, 3600);
+  EXPECT_LT(run, 3600 + 120);
+  EXPECT_EQ(stopped.at("charged").as_int64(), run);
+  EXPECT_EQ(account(d, carol).at("balance").as_int64(), start_balance - run);
+  expect_ledger_consistent(d, carol);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/crash", "", carol).status, 202);
+  d.wait_for_state("crash", "released", carol);
+}
+
+TEST(BillingTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
+  TestDaemon d(options(0));
+  d.start();
+  const std::string dave = d.register_and_login("bill-dave");
+  credit(d, "bill-dave", 500, "topup-1");
+  credit(d, "bill-dave", 500, "topup-1");  // a retry: applied once
+  EXPECT_EQ(account(d, dave).at("balance").as_int64(), 500);
+  auto replay = d.request("POST", "/api/v1/admin/users/bill-dave/credit",
+                          json::serialize(json::object{{"amount", 500}, {"note", "test"}}), d.admin_token(),
+                          {{"Idempotency-Key", "topup-1"}});
+  EXPECT_EQ(replay.status, 201) << replay.body;
+  EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
+  // Another body with the same key is a conflict; a user cannot credit themselves.
+  EXPECT_EQ(d.request("POST", "/api/v1/admin/users/bill-dave/credit", R"({"amount": 900})", d.admin_token(),
+                      {{"Idempotency-Key", "topup-1"}})
+                .status,
+            409);
+  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", 100}}, dave).status, 403);
+  // Bad input changes nothing.
+  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", 0}}, d.admin_token()).status, 400);
+  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", "5"}}, d.admin_token()).status, 400);
+  EXPECT_EQ(d.post("/api/v1/admin/users/nobody/credit", {{"amount", 5}}, d.admin_token()).status, 404);
+  credit(d, "bill-dave", -200);  // an adjustment
+  auto entries = ledger(d, dave);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].at("kind"), "credit");
+  EXPECT_EQ(entries[1].at("kind"), "adjustment");
+  EXPECT_EQ(entries[1].at("balance_after").as_int64(), 300);
+  // The estimate before creating; statements need a month.
+  auto est = d.post("/api/v1/billing/estimate", {{"gpu_model", "RTX 4090"}, {"gpu_count", 2}}, dave);
+  ASSERT_EQ(est.status, 200) << est.body;
+  EXPECT_EQ(est.json().at("per_hour").as_int64(), 396);
+  EXPECT_EQ(est.json().at("per_day").as_int64(), 396 * 24);
+  EXPECT_EQ(est.json().at("subscription").at("per_month").as_int64(), 2 * 99800);
+  EXPECT_EQ(d.get("/api/v1/billing/statements/2026-13", dave).status, 400);
+  auto month = d.post("/api/v1/admin/clock", {{"advance_seconds", 0}}, d.admin_token()).json().at("now");
+  const std::string ym = std::string(month.as_string()).substr(0, 7);
+  auto st = d.get("/api/v1/billing/statements/" + ym, dave);
+  ASSERT_EQ(st.status, 200) << st.body;
+  EXPECT_EQ(st.json().at("closing_balance").as_int64(), 300);
+  EXPECT_EQ(st.json().at("credits").as_int64(), 500);
+}
+
+// A minimal HTTP receiver: counts POSTs; the first `fail_first` answer 500.
+class Receiver {
+ public:
+  explicit Receiver(int fail_first) : fail_first_(fail_first) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~Receiver() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int delivered() const { return delivered_; }
+  int attempts() const { return attempts_; }
+  std::string last_body() {
+    std::lock_guard l(m_);
+    return last_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      std::string req;
+      char buf[4096];
+      // Read headers, then Content-Length bytes.
+      while (req.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        req.append(buf, n);
+      }
+      auto head_end = req.find("\r\n\r\n");
+      std::size_t length = 0;
+      auto cl = req.find("Content-Length: ");
+      if (cl == std::string::npos) cl = req.find("content-length: ");
+      if (cl != std::string::npos) length = std::stoul(req.substr(cl + 16));
+      while (head_end != std::string::npos && req.size() < head_end + 4 + length) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        req.append(buf, n);
+      }
+      const int attempt = ++attempts_;
+      const bool fail = attempt <= fail_first_;
+      if (!fail) {
+        std::lock_guard l(m_);
+        last_ = head_end == std::string::npos ? "" : req.substr(head_end + 4);
+        ++delivered_;
+      }
+      std::string answer = fail ? "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                                : "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+      (void)::write(c, answer.data(), answer.size());
+      ::close(c);
+    }
+  }
+  int fd_ = -1, port_ = 0, fail_first_ = 0;
+  std::atomic<int> delivered_{0}, attempts_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex m_;
+  std::string last_;
+  std::thread thread_;
+};
+
+bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ok();
+}
+
+TEST(BillingTest, TheAlertPostsOncePerDownwardCrossingAndRetriesAFailingReceiver) {
+  TestDaemon d(options(0));
+  d.start();
+  const std::string erin = d.register_and_login("bill-erin");
+  credit(d, "bill-erin", 10000);
+  Receiver hook(1);  // the first delivery fails with 500; the retry succeeds
+  const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/alert";
+  auto set = d.request("PUT", "/api/v1/billing/alert",
+                       json::serialize(json::object{{"threshold", 5000}, {"webhook_url", url}}), erin);
+  ASSERT_EQ(set.status, 200) << set.body;
+  EXPECT_EQ(set.json().at("alert").at("threshold").as_int64(), 5000);
+  credit(d, "bill-erin", -3000);  // 7000: above
+  credit(d, "bill-erin", -3000);  // 4000: crossed
+  ASSERT_TRUE(eventually([&] { return hook.delivered() == 1; }, std::chrono::seconds(20)))
+      << "attempts " << hook.attempts();
+  EXPECT_EQ(hook.attempts(), 2);
+  auto body = json::parse(hook.last_body());
+  EXPECT_EQ(body.at("event"), "balance_low");
+  EXPECT_EQ(body.at("balance").as_int64(), 4000);
+  EXPECT_EQ(body.at("threshold").as_int64(), 5000);
+  credit(d, "bill-erin", -1000);  // 3000: still below: nothing more
+  credit(d, "bill-erin", 5000);   // 8000: back above, armed
+  credit(d, "bill-erin", -4000);  // 4000: crossed again
+  ASSERT_TRUE(eventually([&] { return hook.delivered() == 2; }, std::chrono::seconds(20)));
+  EXPECT_EQ(account(d, erin).at("state"), "low");
+  // Private targets are refused where the operator did not allow them (see the unit tests);
+  // a malformed URL is refused here.
+  EXPECT_EQ(d.request("PUT", "/api/v1/billing/alert", R"({"threshold": 1, "webhook_url": "ftp://x"})", erin).status, 400);
+  EXPECT_EQ(d.request("DELETE", "/api/v1/billing/alert", "", erin).status, 204);
+  EXPECT_TRUE(account(d, erin).at("alert").is_null());
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
