@@ -46,6 +46,51 @@ Status warn(store::Database& db, const Account& a, const std::string& user, cons
                         {{"step", step}, {"at", format_rfc3339(at)}, {"balance", a.balance}});
 }
 
+// An instance's compute charges if its meters were settled at `t`.
+std::int64_t compute_total_at(const std::vector<Meter>& meters, SysTime t) {
+  std::int64_t total = 0;
+  for (const auto& m : meters)
+    if (is_compute(m.kind)) total += std::max(m.charged, accrued_at(m, t) / m.divisor);
+  return total;
+}
+
+// When the instance's compute charges reach `target`, from its open compute meter.
+std::optional<SysTime> reaches(const std::vector<Meter>& meters, std::int64_t target, SysTime now) {
+  if (compute_total_at(meters, now) >= target) return now;
+  for (const auto& m : meters) {
+    if (!is_compute(m.kind) || !m.open_since || m.rate <= 0) continue;
+    std::int64_t others = 0;
+    for (const auto& o : meters)
+      if (is_compute(o.kind) && o.id != m.id) others += std::max(o.charged, accrued_at(o, now) / o.divisor);
+    const std::int64_t needed = (target - others) * m.divisor - m.accrued;  // accrual still to come
+    const std::int64_t secs = (needed + m.rate - 1) / m.rate;
+    return *m.open_since + std::chrono::seconds(std::max<std::int64_t>(0, secs));
+  }
+  return std::nullopt;
+}
+
+std::int64_t warning_level(std::int64_t limit) { return (limit * 8 + 9) / 10; }  // 80 %, rounded up
+
+struct Limited {
+  instances::Instance instance;
+  std::vector<Meter> meters;
+};
+// The account's running instances that have a spend limit, with their meters.
+Result<std::vector<Limited>> limited_instances(store::Database& db, const std::vector<std::string>& users) {
+  std::vector<Limited> out;
+  for (const auto& user : users) {
+    auto running = instances::list_instances(db, user, instances::InstanceState::running);
+    if (!running) return fail(running.error());
+    for (auto& i : *running) {
+      if (!i.spend_limit) continue;
+      auto meters = meters_of_resource(db, i.id);
+      if (!meters) return fail(meters.error());
+      out.push_back(Limited{std::move(i), std::move(*meters)});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::string& account_id, SysTime now) {
@@ -88,11 +133,20 @@ Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const con
     }
     return next ? std::optional<SysTime>{std::max(*next, now)} : next;
   }
+  // Spend limits: the 80 % event and the stop, each at the second the charges reach it.
+  auto users = users_of(db, account_id);
+  if (!users) return fail(users.error());
+  auto limited = limited_instances(db, *users);
+  if (!limited) return fail(limited.error());
+  for (const auto& l : *limited) {
+    if (!l.instance.spend_warned)
+      if (auto t = reaches(l.meters, warning_level(*l.instance.spend_limit), now)) consider(*t);
+    if (auto t = reaches(l.meters, *l.instance.spend_limit, now)) consider(*t);
+  }
   auto zero = projected_zero(db, account_id, now);
   if (!zero) return fail(zero.error());
-  if (!*zero) return std::optional<SysTime>{};
-  if (!(a.arrears_warned & kStopWarned) && **zero - kStopWarning > now) return std::optional<SysTime>{**zero - kStopWarning};
-  return std::optional<SysTime>{**zero};
+  if (*zero) consider(!(a.arrears_warned & kStopWarned) && **zero - kStopWarning > now ? **zero - kStopWarning : **zero);
+  return next ? std::optional<SysTime>{std::max(*next, now)} : next;
 }
 
 Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config& config, const std::string& account_id,
@@ -107,7 +161,30 @@ Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config
   const std::string first_user = users->empty() ? std::string() : users->front();
 
   if (!a.arrears_since || a.balance > 0) {
-    // Not in arrears: only the warning before the projected zero.
+    // Spend limits: an event at 80 %, a stop at the limit (the stop settles the run exactly).
+    auto limited = limited_instances(db, *users);
+    if (!limited) return fail(limited.error());
+    for (const auto& l : *limited) {
+      const std::int64_t total = compute_total_at(l.meters, now), limit = *l.instance.spend_limit;
+      if (total >= limit) {
+        auto stopped = instances::stop_instance(db, on_behalf_of(l.instance.owner), l.instance.id, now, "spend_limit");
+        if (!stopped) return fail(stopped.error());
+        if (auto s = events::record(db, now, "instance.spend_limit", l.instance.id, l.instance.owner,
+                                    "instance " + l.instance.name + " reached its spend limit and is stopping",
+                                    {{"spend_limit", limit}, {"charged", total}});
+            !s)
+          return fail(s.error());
+        out.instances_to_kick.push_back(l.instance.id);
+      } else if (total >= warning_level(limit) && !l.instance.spend_warned) {
+        if (auto s = instances::mark_spend_warned(db, l.instance.id); !s) return fail(s.error());
+        if (auto s = events::record(db, now, "instance.spend_limit_warning", l.instance.id, l.instance.owner,
+                                    "instance " + l.instance.name + " has used 80 % of its spend limit",
+                                    {{"spend_limit", limit}, {"charged", total}});
+            !s)
+          return fail(s.error());
+      }
+    }
+    // The warning before the projected zero.
     if (a.arrears_warned & kStopWarned) return out;
     auto zero = projected_zero(db, account_id, now);
     if (!zero) return fail(zero.error());

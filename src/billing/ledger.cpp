@@ -221,16 +221,13 @@ Result<std::vector<Entry>> list_entries(store::Database& db, const std::string& 
   const std::int64_t since = q.since ? to_unix_micros(*q.since) : INT64_MIN;
   const std::int64_t until = q.until ? to_unix_micros(*q.until) : INT64_MAX;
   const auto limit = static_cast<std::int64_t>(q.limit);
-  if (q.before)
+  // Newest first is the chain read backwards (entries at one instant keep their order).
+  if (q.before_seq)
     return entries(db,
                    std::string(kEntryColumns) +
-                       "WHERE account_id = ? AND time >= ? AND time < ? AND (time < ? OR (time = ? AND id < ?)) "
-                       "ORDER BY time DESC, id DESC LIMIT ?",
-                   {account_id, since, until, to_unix_micros(q.before->first), to_unix_micros(q.before->first),
-                    q.before->second, limit});
-  return entries(db,
-                 std::string(kEntryColumns) +
-                     "WHERE account_id = ? AND time >= ? AND time < ? ORDER BY time DESC, id DESC LIMIT ?",
+                       "WHERE account_id = ? AND time >= ? AND time < ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+                   {account_id, since, until, *q.before_seq, limit});
+  return entries(db, std::string(kEntryColumns) + "WHERE account_id = ? AND time >= ? AND time < ? ORDER BY seq DESC LIMIT ?",
                  {account_id, since, until, limit});
 }
 

@@ -71,7 +71,7 @@ Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& 
 
 struct LedgerQuery {
   std::optional<SysTime> since, until;
-  std::optional<std::pair<SysTime, std::string>> before;  // keyset cursor (time, id)
+  std::optional<std::int64_t> before_seq;  // keyset cursor: entries older than this seq
   std::size_t limit = 100;
 };
 // Newest first.

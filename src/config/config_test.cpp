@@ -239,6 +239,25 @@ TEST(Config, ExampleFileLoads) {
   EXPECT_TRUE(c.images.empty());
   EXPECT_EQ(c.server.idle_timeout, 2min);
   EXPECT_EQ(c.server.login_window, 15min);
+  EXPECT_EQ(c.billing.signup_credit, 10000);
+  EXPECT_EQ(c.billing.settle_interval, 1h);
+}
+
+TEST(Config, BillingSectionDefaultsAndRefusals) {
+  auto d = parse_config("");
+  ASSERT_TRUE(d) << d.error().detail;
+  EXPECT_EQ(d->billing.signup_credit, 0) << "new users start at zero unless the operator says otherwise";
+  EXPECT_EQ(d->billing.settle_interval, 1h);
+  auto c = parse_config("[billing]\nsignup_credit = 500\nsettle_interval = \"15m\"\n");
+  ASSERT_TRUE(c) << c.error().detail;
+  EXPECT_EQ(c->billing.signup_credit, 500);
+  EXPECT_EQ(c->billing.settle_interval, 15min);
+  auto unknown = parse_config("[billing]\nfree_money = 1\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().detail.find("billing.free_money"), std::string::npos) << unknown.error().detail;
+  auto negative = parse_config("[billing]\nsignup_credit = -5\n");
+  ASSERT_FALSE(negative);
+  EXPECT_NE(negative.error().detail.find("billing.signup_credit"), std::string::npos) << negative.error().detail;
 }
 
 TEST(Config, DefaultsWhenKeysAbsent) {

@@ -4,6 +4,7 @@
 
 #include "auth/user_quotas.h"
 #include "billing/affordability.h"
+#include "billing/ledger.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
@@ -86,6 +87,7 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   i.password_hash = spec.password_hash;
   i.billing_mode = spec.billing_mode;
   i.auto_renew = spec.auto_renew;
+  i.spend_limit = spec.spend_limit;
   auto group = security_groups::use_group(db, actor.user_id, spec.security_group, now);
   if (!group) return fail(group.error());
   i.security_group_id = group->id;
@@ -215,6 +217,13 @@ Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, con
   if (request.auto_renew && *request.auto_renew != i->auto_renew) {
     next.auto_renew = *request.auto_renew;
     changed = true;
+  }
+  if (request.spend_limit && *request.spend_limit != i->spend_limit) {
+    // A new limit is warned about afresh at its own 80 %.
+    next.spend_limit = *request.spend_limit;
+    next.spend_warned = false;
+    changed = true;
+    db.note_billing_change(billing::account_id_for_user(i->owner));  // its stop is planned again
   }
   if (request.security_group) {
     auto group = security_groups::use_group(db, i->owner, request.security_group, now);

@@ -34,6 +34,7 @@ struct CreateRequest {
   // New disks made with the instance, or available ones attached to it (spec: data_disks).
   std::vector<disks::InstanceDataDisk> data_disks;
   std::vector<std::string> new_disk_ids;  // one per new disk, in order (made by the caller)
+  std::optional<std::int64_t> spend_limit;  // compute charges at which it stops
 };
 
 struct PatchRequest {
@@ -41,6 +42,7 @@ struct PatchRequest {
   std::optional<std::vector<PortSpec>> ports;
   std::optional<bool> auto_renew;
   std::optional<std::string> security_group;  // id or name
+  std::optional<std::optional<std::int64_t>> spend_limit;  // set, or (inner nullopt) cleared
 };
 
 // The actor's instance by id or name; another user's is not_found (the operator sees all).

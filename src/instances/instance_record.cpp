@@ -38,7 +38,8 @@ constexpr const char* kInstanceColumns =
     "i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped, i.run_seconds, "
     "(SELECT COALESCE(SUM(m.charged), 0) FROM meters m WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu')), "
     "i.created_at, "
-    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules "
+    "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
+    "i.spend_limit, i.spend_warned "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -83,6 +84,8 @@ Result<Instance> instance_from(const store::Row& r) {
     if (!parsed) return fail(parsed.error());
     i.security_rules = std::move(*parsed);
   }
+  i.spend_limit = r.opt_int64(35);
+  i.spend_warned = r.int64(36) != 0;
   return i;
 }
 
@@ -127,10 +130,10 @@ Status insert_instance(store::Database& db, const Instance& i) {
   return db.run(
       "INSERT INTO instances (id, owner, name, state, state_reason, zone, host_id, gpu_model, gpu_count, cpu, memory_gib, "
       "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at, "
-      "generation, security_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "generation, security_group, spend_limit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i.id, i.owner, i.name, std::string(to_string(i.state)), i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
        i.no_gpu, i.system_disk_gib, i.image_id, keys_text(i.ssh_keys), i.password_hash, i.billing_mode, i.auto_renew,
-       i.price_per_hour, to_unix_micros(i.created_at), i.generation, i.security_group_id});
+       i.price_per_hour, to_unix_micros(i.created_at), i.generation, i.security_group_id, i.spend_limit});
 }
 
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id) {
@@ -190,14 +193,18 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
           "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
           "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, "
           "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
-          "generation = ?, security_group = ? WHERE id = ? AND state = ? AND generation = ?",
+          "generation = ?, security_group = ?, spend_limit = ?, spend_warned = ? WHERE id = ? AND state = ? AND generation = ?",
           {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
            i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
            i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation,
-           i.security_group_id, id, std::string(to_string(state)), generation});
+           i.security_group_id, i.spend_limit, i.spend_warned, id, std::string(to_string(state)), generation});
       !s)
     return s;
   return expect_one_row(db, id);
+}
+
+Status mark_spend_warned(store::Database& db, const std::string& id) {
+  return db.run("UPDATE instances SET spend_warned = 1 WHERE id = ?", {id});
 }
 
 Status update_desired(store::Database& db, const Instance& loaded, Instance& next) {
@@ -340,6 +347,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
                               {"price_per_hour", i.price_per_hour},
                               {"currency", view.currency}};
   o["autostop"] = nullptr;
+  o["spend_limit"] = i.spend_limit ? json::value(*i.spend_limit) : json::value(nullptr);
   o["created_at"] = format_rfc3339(i.created_at);
   o["started_at"] = opt_time(i.started_at);
   o["stopped_at"] = opt_time(i.stopped_at);

@@ -66,6 +66,9 @@ struct Instance {
   // The security group deciding who reaches its ports; its rules are read only (loaded with it).
   std::optional<std::string> security_group_id;
   std::vector<security_groups::Rule> security_rules;
+  // Stop once its compute charges reach this (smallest unit); the 80 % event was sent.
+  std::optional<std::int64_t> spend_limit;
+  bool spend_warned = false;
 };
 
 // Who may reach one of the instance's ports: the CIDRs its group's rules allow, and only the
@@ -92,6 +95,8 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
 // A change that is not a state change (name, keys, auto-renew, ports already written):
 // compare-and-set on the loaded generation, which goes up so converge re-sends the desired state.
 Status update_desired(store::Database& db, const Instance& loaded, Instance& next);
+// The spend limit's 80 % event was sent (an observation: the generation does not move).
+Status mark_spend_warned(store::Database& db, const std::string& id);
 // Records the event of a state change ("instance.<state>"), in the caller's transaction.
 Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
 

@@ -144,6 +144,7 @@ json::object instance_schemas(json::object& s) {
        {"jupyter_url", nullable(str())},
        {"billing", ref("InstanceBilling")},
        {"autostop", nullable_ref("Autostop")},
+       {"spend_limit", nullable(integer("Stops when its compute charges reach this (smallest unit); an event at 80 %"))},
        {"created_at", time()},
        {"started_at", nullable(time())},
        {"stopped_at", nullable(time())},
@@ -186,7 +187,8 @@ json::object instance_create_schema() {
        {"password", with(with(str("Root password"), "minLength", 8), "maxLength", 256)},
        {"billing", object({{"mode", with(one_of({"hourly", "weekly", "monthly"}), "default", "hourly")},
                            {"auto_renew", with(boolean(), "default", true)}})},
-       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: idle autostop is not available yet")}},
+       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: idle autostop is not available yet")},
+       {"spend_limit", nullable(with(integer("Stop when its compute charges reach this (smallest unit)"), "minimum", 1))}},
       {"name"});
 }
 
@@ -199,7 +201,8 @@ json::object instance_update_schema() {
        {"billing", with(object({{"auto_renew", boolean()}}), "additionalProperties", false)},
        {"stop_at", time("Refused (invalid_argument) when set: scheduled stops are not available yet")},
        {"release_after_stopped_days",
-        integer("Refused (invalid_argument) when set: automatic release is not available yet")}});
+        integer("Refused (invalid_argument) when set: automatic release is not available yet")},
+       {"spend_limit", nullable(with(integer("A new limit (warned about afresh at 80 %); null removes it"), "minimum", 1))}});
   s["additionalProperties"] = false;  // the handler refuses unknown fields
   return s;
 }

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+
+#include "billing/ledger.h"
 #include <sodium.h>
 
 #include <boost/asio/io_context.hpp>
@@ -314,6 +316,32 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   market::PriceTable prices;
   prices.gpus["RTX 4090"] = {200, 10000, 40000};
   check("PriceTable", market::prices_json(prices, "CNY"));
+
+  billing::Account account;
+  account.id = "ba-1";
+  account.kind = "user";
+  account.balance = -12;
+  account.created_at = now;
+  check("BillingAccount", billing::account_json(account, "CNY"));
+  account.alert_threshold = 500;
+  account.alert_webhook_url = "https://hooks.example/x";
+  account.arrears_since = now;
+  check("BillingAccount", billing::account_json(account, "CNY"));
+  billing::Entry entry;
+  entry.id = "le-1";
+  entry.account_id = "ba-1";
+  entry.seq = 1;
+  entry.time = now;
+  entry.amount = -198;
+  entry.balance_after = 802;
+  entry.resource = "i-1";
+  entry.resource_kind = "compute";
+  entry.quantity = 3600;
+  check("LedgerEntry", billing::entry_json(entry));
+  entry.resource.reset();
+  entry.resource_kind.reset();
+  entry.kind = billing::EntryKind::credit;
+  check("LedgerEntry", billing::entry_json(entry));
 
   config::Config cfg;
   cfg.zones = {{"zone-a", "local", "the first zone"}};

@@ -419,6 +419,12 @@ CREATE TABLE webhook_outbox (
 );
 CREATE INDEX webhook_outbox_pending ON webhook_outbox(created_at) WHERE delivered_at IS NULL;
 )sql"},
+    // A spend limit per instance (spec "Cost control"): compute charges at which it stops,
+    // with an event at 80 % (spend_warned remembers it was sent).
+    {12, R"sql(
+ALTER TABLE instances ADD COLUMN spend_limit INTEGER CHECK (spend_limit IS NULL OR spend_limit > 0);
+ALTER TABLE instances ADD COLUMN spend_warned INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/time_format.h"
 #include "support/test_daemon.h"
 #include "support/wait.h"
 
@@ -88,6 +89,18 @@ TEST_F(AuthzMatrixTest, EveryRouteRefusesStrangersAndOtherUsers) {
       if (access == "public") continue;
       if (pattern == "/api/v1/events/stream") continue;  // endless: events_test covers its auth
       std::string target = pattern;
+      if (pattern == "/api/v1/billing/statements/{month}") {
+        // Caller-scoped: a month names no one's resource; another user gets their own.
+        const std::string month = format_rfc3339(system_now()).substr(0, 7);
+        target = "/api/v1/billing/statements/" + month;
+        EXPECT_EQ(daemon_.request(method, target, "", "").status, 401);
+        auto own = daemon_.request(method, target, "", mallory_);
+        ASSERT_EQ(own.status, 200) << own.body;
+        const json::value mine = daemon_.get("/api/v1/billing/account", mallory_).json();
+        EXPECT_EQ(own.json().at("closing_balance"), mine.at("balance")) << "mallory must see her own statement";
+        ++checked;
+        continue;
+      }
       if (pattern.starts_with("/api/v1/") && pattern.find('{') != std::string::npos) {
         std::string resource = pattern.substr(8, pattern.find('/', 8) - 8);
         if (shared.contains(resource)) continue;

@@ -222,6 +222,44 @@ TEST(BillingTest, DOCKER_ArrearsStopAtTheProjectedZeroRefuseCreatesAndReleaseAft
   d.wait_for_state("again", "released", bob);
 }
 
+TEST(BillingTest, DOCKER_ASpendLimitWarnsAtEightyPercentAndStopsAtTheLimit) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options());
+  d.start();
+  const std::string fay = d.register_and_login("bill-fay");
+  EXPECT_EQ(create_no_gpu(d, fay, "bad", {{"spend_limit", -5}}).status, 400);
+  auto r = create_no_gpu(d, fay, "capped", {{"spend_limit", 100}});  // 100 s at one fen a second
+  ASSERT_EQ(r.status, 202) << r.body;
+  EXPECT_EQ(r.json().at("spend_limit").as_int64(), 100);
+  d.wait_for_state("capped", "running", fay);
+  auto warnings = [&] {
+    int n = 0;
+    const json::value events = d.get("/api/v1/events?limit=1000", fay).json();  // named: at() into a temporary dangles
+    for (const auto& e : events.at("items").as_array())
+      if (e.at("type") == "instance.spend_limit_warning") ++n;
+    return n;
+  };
+  advance(d, 79);
+  EXPECT_EQ(warnings(), 0);
+  advance(d, 2);  // 81 s: past 80 %
+  EXPECT_EQ(warnings(), 1);
+  EXPECT_EQ(d.get("/api/v1/instances/capped", fay).json().at("state"), "running");
+  advance(d, 60);  // the limit is reached at 100 s, inside this advance
+  auto stopped = d.wait_for_state("capped", "stopped", fay);
+  EXPECT_EQ(stopped.at("state_reason"), "spend_limit");
+  EXPECT_EQ(stopped.at("run_seconds").as_int64(), 100);
+  EXPECT_EQ(stopped.at("charged").as_int64(), 100);
+  EXPECT_EQ(warnings(), 1);
+  // A new limit is set by PATCH, and null removes it.
+  auto patched = d.request("PATCH", "/api/v1/instances/capped", R"({"spend_limit": 500})", fay);
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  EXPECT_EQ(patched.json().at("spend_limit").as_int64(), 500);
+  auto cleared = d.request("PATCH", "/api/v1/instances/capped", R"({"spend_limit": null})", fay);
+  EXPECT_TRUE(cleared.json().at("spend_limit").is_null());
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/capped", "", fay).status, 202);
+  d.wait_for_state("capped", "released", fay);
+}
+
 TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(options());

@@ -56,7 +56,7 @@ asio::awaitable<Result<Response>> get_ledger(RequestContext& ctx) {
   q.since = *since;
   q.until = *until;
   q.limit = page->limit + 1;  // one more says whether there is a next page
-  if (page->after) q.before = std::pair{from_unix_micros(page->after->first), page->after->second};
+  if (page->after) q.before_seq = page->after->first;  // the cursor carries the last seq seen
   auto read = [user = ctx.caller().user.id, q](store::Database& db) -> Result<std::vector<billing::Entry>> {
     auto account = billing::account_of_user(db, user);
     if (!account) return fail(account.error());
@@ -69,7 +69,7 @@ asio::awaitable<Result<Response>> get_ledger(RequestContext& ctx) {
   if (more) entries->resize(page->limit);
   for (const auto& e : *entries) items.push_back(billing::entry_json(e));
   json::object doc{{"items", std::move(items)}, {"next_cursor", nullptr}};
-  if (more) doc["next_cursor"] = encode_cursor(to_unix_micros(entries->back().time), entries->back().id);
+  if (more) doc["next_cursor"] = encode_cursor(entries->back().seq, entries->back().id);
   co_return json_response(200, doc);
 }
 

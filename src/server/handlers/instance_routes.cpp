@@ -162,6 +162,18 @@ Status check_not_yet_available(const json::object& body) {
   return ok();
 }
 
+// `spend_limit`: absent (nullopt), null (clear: inner nullopt) or a positive amount.
+Result<std::optional<std::optional<std::int64_t>>> parse_spend_limit(const json::object& body) {
+  auto it = body.find("spend_limit");
+  if (it == body.end()) return std::optional<std::optional<std::int64_t>>{};
+  if (it->value().is_null()) return std::optional<std::optional<std::int64_t>>{std::optional<std::int64_t>{}};
+  auto v = api::optional_int(body, "spend_limit");
+  if (!v) return tl::unexpected(v.error());
+  if (!*v || **v < 1 || **v > 1'000'000'000'000)
+    return fail(ErrorCode::invalid_argument, "spend_limit: must be a positive amount in the smallest unit, or null");
+  return std::optional<std::optional<std::int64_t>>{*v};
+}
+
 // Everything that can be checked without the store; the password is hashed off the loop later.
 Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const json::object& body, const config::Config& cfg) {
   CreateSpec s;
@@ -241,6 +253,9 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
       if (!d.existing) s.new_disk_ids.push_back(new_id("d"));
   }
   if (auto s = check_not_yet_available(body); !s) return tl::unexpected(s.error());
+  auto limit = parse_spend_limit(body);
+  if (!limit) return tl::unexpected(limit.error());
+  if (*limit) s.spend_limit = **limit;
   return std::make_pair(std::move(s), *password);
 }
 
@@ -356,7 +371,7 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   if (!body) co_return tl::unexpected(body.error());
   // Everything is checked before anything changes: no half-applied PATCH.
   if (auto s = api::only_fields(*body, {"name", "ports", "security_group", "autostop", "billing", "stop_at",
-                                        "release_after_stopped_days"});
+                                        "release_after_stopped_days", "spend_limit"});
       !s)
     co_return tl::unexpected(s.error());
   if (auto s = check_not_yet_available(*body); !s) co_return tl::unexpected(s.error());
@@ -380,8 +395,10 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   }
   auto group = parse_security_group(*body);
   if (!group) co_return tl::unexpected(group.error());
+  auto limit = parse_spend_limit(*body);
+  if (!limit) co_return tl::unexpected(limit.error());
   App& app = ctx.app;
-  instances::PatchRequest change{*name, ports, auto_renew, *group};
+  instances::PatchRequest change{*name, ports, auto_renew, *group, *limit};
   auto effect = [actor = ctx.actor(), id = ctx.param("id"), change,
                  now = app.clock().now()](store::Database& db) { return instances::patch_instance(db, actor, id, change, now); };
   auto patched = co_await app.store().write(std::move(effect));

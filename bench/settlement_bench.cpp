@@ -1,0 +1,111 @@
+// One settlement pass over 1,000, 10,000 and 100,000 running instances and their disks
+// (issue "Billing", Measure), and a test-clock month (720 hourly passes) for 1,000.
+//
+// Each simulated instance has an open compute meter (198 fen per hour) and an open data-disk
+// meter (100 GiB at 20,000 micro-fen per GiB-hour), 10 instances per user: N instances are
+// 2N open meters over N/10 accounts. A pass is billing::settle_open_meters at +1 h in one
+// write transaction of the real Store (SQLite file, WAL), which is what BillingService does
+// every hour. The bare peer is the same transaction that only reads every open meter
+// (no arithmetic, no writes): the floor under any settlement of these rows.
+//
+// Prints one row per size: pass time, per meter, ratio to the read-only peer; and a verdict:
+// linear (per-meter time at 100,000 within 1.5× of 1,000's) and ≤ 1 s at 100,000.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "auth/accounts.h"
+#include "billing/ledger.h"
+#include "billing/meters.h"
+#include "billing/resource_meters.h"
+#include "config/config.h"
+#include "market/prices.h"
+#include "store/store.h"
+
+namespace fs = std::filesystem;
+using namespace gpucloud;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+struct Fixture {
+  fs::path dir;
+  std::unique_ptr<store::Store> store;
+  SysTime t0 = from_unix_micros(1'800'000'000'000'000);
+};
+
+Fixture make(int instances) {
+  Fixture f;
+  f.dir = fs::temp_directory_path() / fmt::format("gpucloud-settle-bench-{}-{}", ::getpid(), instances);
+  fs::remove_all(f.dir);
+  fs::create_directories(f.dir);
+  auto s = store::Store::open((f.dir / "db").string(), 1);
+  if (!s) throw std::runtime_error(s.error().detail);
+  f.store = std::move(*s);
+  config::Config config;
+  auto seeded = f.store->write_now([&](store::Database& db) -> Status {
+    if (auto p = market::seed_prices(db, config); !p) return p;
+    for (int u = 0; u < (instances + 9) / 10; ++u) {
+      auto user = auth::create_user(db, fmt::format("user{}", u), std::nullopt, "x", "user", f.t0);
+      if (!user) return fail(user.error());
+      if (auto a = billing::open_account(db, user->id, user->username, 1'000'000'000, f.t0); !a) return a;
+      for (int k = 0; k < 10 && u * 10 + k < instances; ++k) {
+        const std::string id = fmt::format("i-{}-{}", u, k);
+        if (auto m = billing::open_run(db, id, user->id, false, 198, f.t0); !m) return m;
+        if (auto d = billing::follow_data_disk(db, "d-" + id, user->id, 100, f.t0); !d) return d;
+      }
+    }
+    return ok();
+  });
+  if (!seeded) throw std::runtime_error(seeded.error().detail);
+  return f;
+}
+
+}  // namespace
+
+int main() {
+  std::printf("%-10s %-8s %12s %14s %14s %8s\n", "instances", "meters", "pass ms", "us per meter", "read-only ms", "ratio");
+  double per_meter_1k = 0, per_meter_100k = 0, pass_100k = 0;
+  for (int n : {1000, 10000, 100000}) {
+    Fixture f = make(n);
+    auto read_start = Clock::now();
+    auto read = f.store->write_now([](store::Database& db) { return billing::open_meters(db); });
+    const double read_ms = ms_since(read_start);
+    if (!read) return 2;
+    auto start = Clock::now();
+    auto pass = f.store->write_now([&](store::Database& db) { return billing::settle_open_meters(db, f.t0 + std::chrono::hours(1)); });
+    const double pass_ms = ms_since(start);
+    if (!pass) {
+      std::fprintf(stderr, "settlement failed: %s\n", pass.error().detail.c_str());
+      return 2;
+    }
+    const double per_meter_us = pass_ms * 1000.0 / static_cast<double>(pass->meters);
+    std::printf("%-10d %-8zu %12.1f %14.2f %14.1f %7.1fx\n", n, pass->meters, pass_ms, per_meter_us, read_ms,
+                pass_ms / read_ms);
+    if (n == 1000) per_meter_1k = per_meter_us;
+    if (n == 100000) per_meter_100k = per_meter_us, pass_100k = pass_ms;
+    if (n == 1000) {
+      // A month of hourly settlements, as --test-clock would drive them.
+      auto month_start = Clock::now();
+      for (int h = 2; h <= 721; ++h) {
+        auto p = f.store->write_now(
+            [&](store::Database& db) { return billing::settle_open_meters(db, f.t0 + std::chrono::hours(h)); });
+        if (!p) return 2;
+      }
+      std::printf("month: 720 hourly passes over 1,000 instances (2,000 meters): %.1f s\n", ms_since(month_start) / 1000);
+    }
+    f.store.reset();
+    fs::remove_all(f.dir);
+  }
+  const bool linear = per_meter_100k <= 1.5 * per_meter_1k;
+  std::printf("verdict: %s (per meter %.2f us at 100,000 vs %.2f us at 1,000); %s (%.0f ms at 100,000, target <= 1000)\n",
+              linear ? "linear" : "NOT linear", per_meter_100k, per_meter_1k, pass_100k <= 1000 ? "within" : "OVER",
+              pass_100k);
+  return 0;
+}
