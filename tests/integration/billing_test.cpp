@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/time_format.h"
 #include "support/capabilities.h"
 #include "support/test_daemon.h"
 
@@ -337,6 +338,51 @@ TEST(BillingTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
   ASSERT_EQ(st.status, 200) << st.body;
   EXPECT_EQ(st.json().at("closing_balance").as_int64(), 300);
   EXPECT_EQ(st.json().at("credits").as_int64(), 500);
+}
+
+// The CLI against the real daemon's billing answers (its unit tests use hand-written JSON).
+TEST(BillingTest, TheCliShowsBalanceLedgerUsageStatementIdleAndAlerts) {
+  TestDaemon d(options(0));
+  d.start();
+  const std::string gus = d.register_and_login("bill-gus");
+  const std::map<std::string, std::string> env = {{"GPUCLOUD_ENDPOINT", d.endpoint()}, {"GPUCLOUD_TOKEN", gus},
+                                                  {"HOME", d.dir()}, {"XDG_CONFIG_HOME", d.dir()}};
+  auto admin_env = env;
+  admin_env["GPUCLOUD_TOKEN"] = d.admin_token();
+  auto credited = run_cli({"admin", "credit", "bill-gus", "12.34", "--note", "welcome"}, admin_env);
+  ASSERT_EQ(credited.exit_code, 0) << credited.err;
+  EXPECT_NE(credited.out.find("¥12.34"), std::string::npos) << credited.out;
+  auto balance = run_cli({"balance"}, env);
+  ASSERT_EQ(balance.exit_code, 0) << balance.err;
+  EXPECT_NE(balance.out.find("¥12.34"), std::string::npos) << balance.out;
+  EXPECT_NE(balance.out.find("ok"), std::string::npos) << balance.out;
+  auto as_json = run_cli({"balance", "--json"}, env);
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
+  EXPECT_EQ(json::parse(as_json.out).at("balance").as_int64(), 1234) << "--json keeps integers";
+  auto entries = run_cli({"ledger"}, env);
+  ASSERT_EQ(entries.exit_code, 0) << entries.err;
+  EXPECT_NE(entries.out.find("credit"), std::string::npos) << entries.out;
+  EXPECT_NE(entries.out.find("+¥12.34"), std::string::npos) << entries.out;
+  EXPECT_EQ(run_cli({"usage", "--by", "day"}, env).exit_code, 0);
+  const std::string month = format_rfc3339(system_now()).substr(0, 7);
+  auto st = run_cli({"statement", month}, env);
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_NE(st.out.find("¥12.34"), std::string::npos) << st.out;
+  EXPECT_EQ(run_cli({"statement", "2026-13"}, env).exit_code, 2);
+  auto idle = run_cli({"idle"}, env);
+  ASSERT_EQ(idle.exit_code, 0) << idle.err;
+  auto est = run_cli({"estimate", "--gpu", "RTX 4090:1"}, env);
+  ASSERT_EQ(est.exit_code, 0) << est.err;
+  EXPECT_NE(est.out.find("¥1.98"), std::string::npos) << est.out;
+  auto alert = run_cli({"alert", "set", "--below", "5", "--webhook", "http://127.0.0.1:9/x"}, env);
+  ASSERT_EQ(alert.exit_code, 0) << alert.err;
+  EXPECT_EQ(account(d, gus).at("alert").at("threshold").as_int64(), 500);
+  auto refused = run_cli({"alert", "set", "--below", "5", "--webhook", "gopher://x"}, env);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.err.find("webhook_url"), std::string::npos) << refused.err;
+  EXPECT_EQ(run_cli({"alert", "clear"}, env).exit_code, 0);
+  // A user has no operator commands.
+  EXPECT_EQ(run_cli({"admin", "credit", "bill-gus", "1"}, env).exit_code, 1);
 }
 
 // A minimal HTTP receiver: counts POSTs; the first `fail_first` answer 500.
