@@ -261,6 +261,71 @@ TEST(BillingTest, DOCKER_ASpendLimitWarnsAtEightyPercentAndStopsAtTheLimit) {
   d.wait_for_state("capped", "released", fay);
 }
 
+// A month of a typical user's life in seconds of test clock: an instance with a 40 GiB system
+// disk (10 GiB billed) and a 50 GiB data disk runs four days, stops one, six times over; the
+// statements' lines explain every fen: opening + lines = closing, and per kind the charges are
+// exactly floor(rate × time) of what ran and existed.
+TEST(BillingTest, DOCKER_SLOW_AMonthOfATypicalUserIsExplainedByItsStatements) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options());
+  d.start();
+  const std::string hal = d.register_and_login("bill-hal");
+  credit(d, "bill-hal", 3'000'000);  // 24 days at ¥36 a hour
+  const std::int64_t start_balance = account(d, hal).at("balance").as_int64();
+  const std::string first_month =
+      std::string(d.post("/api/v1/admin/clock", {{"advance_seconds", 0}}, d.admin_token()).json().at("now").as_string())
+          .substr(0, 7);
+  auto r = create_no_gpu(d, hal, "life",
+                         {{"system_disk_gib", 40}, {"data_disks", json::array{json::object{{"size_gib", 50}}}}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  d.wait_for_state("life", "running", hal);
+  std::int64_t lived = 0;
+  for (int cycle = 0; cycle < 6; ++cycle) {
+    advance(d, 4 * 86400);
+    ASSERT_EQ(d.post("/api/v1/instances/life/stop", json::object{}, hal).status, 202);
+    d.wait_for_state("life", "stopped", hal);
+    advance(d, 86400);
+    ASSERT_EQ(d.post("/api/v1/instances/life/start", json::object{}, hal).status, 202);
+    d.wait_for_state("life", "running", hal);
+    lived += 5 * 86400;
+  }
+  ASSERT_EQ(d.post("/api/v1/instances/life/stop", json::object{}, hal).status, 202);
+  auto stopped = d.wait_for_state("life", "stopped", hal);
+  advance(d, 3600);  // the last storage hour settles
+  const std::int64_t run = stopped.at("run_seconds").as_int64();
+  EXPECT_EQ(run, 6 * 4 * 86400);
+  std::map<std::string, std::int64_t> by_kind;
+  std::int64_t lines_total = 0;
+  const std::string now = std::string(d.post("/api/v1/admin/clock", {{"advance_seconds", 0}}, d.admin_token()).json().at("now").as_string());
+  std::vector<std::string> months{first_month};
+  if (now.substr(0, 7) != first_month) months.push_back(now.substr(0, 7));
+  std::int64_t previous_closing = start_balance;
+  for (const auto& month : months) {
+    auto st = d.get("/api/v1/billing/statements/" + month, hal);
+    ASSERT_EQ(st.status, 200) << st.body;
+    const json::value doc = st.json();
+    std::int64_t sum = 0;
+    for (const auto& line : doc.at("lines").as_array()) {
+      const auto& l = line.as_object();
+      sum += l.at("amount").as_int64();
+      if (l.at("kind") == "charge") by_kind[std::string(l.at("resource_kind").as_string())] += -l.at("amount").as_int64();
+    }
+    EXPECT_EQ(doc.at("opening_balance").as_int64() + sum, doc.at("closing_balance").as_int64()) << month;
+    if (month != first_month) EXPECT_EQ(doc.at("opening_balance").as_int64(), previous_closing);
+    previous_closing = doc.at("closing_balance").as_int64();
+    lines_total += sum;
+  }
+  // Compute: 1 fen a second of running. Storage: floor(GiB × micros × seconds / 3.6e9).
+  EXPECT_EQ(by_kind["compute_no_gpu"], run);
+  const std::int64_t storage_seconds = lived + 3600;
+  EXPECT_NEAR(static_cast<double>(by_kind["data_disk"]), 50.0 * 20000 * storage_seconds / 3.6e9, 1.0);
+  EXPECT_NEAR(static_cast<double>(by_kind["system_disk"]), 10.0 * 20000 * storage_seconds / 3.6e9, 1.0);
+  EXPECT_EQ(account(d, hal).at("balance").as_int64(), previous_closing);
+  expect_ledger_consistent(d, hal);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/life", "", hal).status, 202);
+  d.wait_for_state("life", "released", hal);
+}
+
 TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(options());
