@@ -147,6 +147,24 @@ TEST_F(BillingTest, StorageBillsPerGibHourInMicrosAndFollowsGrowsAndDeletes) {
   expect_ledger_consistent(u);
 }
 
+TEST_F(BillingTest, AStoragePriceChangeAppliesFromThenAndComputeKeepsItsRunsPrice) {
+  const std::string u = user("alice", 100000);
+  ASSERT_TRUE(write([&](store::Database& db) { return follow_data_disk(db, "d-1", u, 100, t0_); }));  // 2 fen/h
+  ASSERT_TRUE(write([&](store::Database& db) { return open_run(db, "i-1", u, false, 360, t0_); }));    // 6 fen/min
+  ASSERT_TRUE(write([&](store::Database& db) -> Status {
+    auto p = market::load_prices(db);
+    if (!p) return fail(p.error());
+    p->data_disk_per_gib_hour_micros *= 3;  // 6 fen/h from now
+    if (auto s = market::save_prices(db, *p); !s) return s;
+    return rerate_storage(db, t0_ + hours(5));
+  }));
+  ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, "i-1", t0_ + hours(10), t0_ + hours(10)); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + hours(10)); }));
+  // Disk: 5 h × 2 + 5 h × 6 = 40; compute: 10 h × 360 = 3600.
+  EXPECT_EQ(account(u).balance, 100000 - 40 - 3600);
+  expect_ledger_consistent(u);
+}
+
 TEST_F(BillingTest, TheLedgerChainRefusesAWriterThatReadAStaleAccount) {
   const std::string u = user("alice", 500);
   auto r = write([&](store::Database& db) -> Status {

@@ -55,4 +55,26 @@ Status follow_image(store::Database& db, const std::string& image_id, const std:
   return follow_storage(db, owner, image_id, MeterKind::image, gib, prices->image_per_gib_hour_micros, now);
 }
 
+Status rerate_storage(store::Database& db, SysTime now) {
+  auto open = open_meters(db);
+  if (!open) return fail(open.error());
+  for (const auto& m : *open) {
+    Status s = ok();
+    switch (m.kind) {
+      case MeterKind::system_disk: {
+        auto row = db.one("SELECT system_disk_gib FROM instances WHERE id = ?", {m.resource});
+        if (!row) return fail(row.error());
+        if (*row) s = follow_system_disk(db, m.resource, m.user_id, (*row)->int64(0), now);
+        break;
+      }
+      case MeterKind::data_disk: s = follow_data_disk(db, m.resource, m.user_id, m.gib, now); break;
+      case MeterKind::snapshot: s = follow_snapshot(db, m.resource, m.user_id, m.gib * kGiB, now); break;
+      case MeterKind::image: s = follow_image(db, m.resource, m.user_id, m.gib * kGiB, now); break;
+      default: break;
+    }
+    if (!s) return s;
+  }
+  return ok();
+}
+
 }  // namespace gpucloud::billing

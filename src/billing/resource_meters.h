@@ -33,4 +33,9 @@ Status follow_image(store::Database& db, const std::string& image_id, const std:
 
 std::int64_t gib_rounded_up(std::int64_t bytes);
 
+// After a storage price change (PUT /admin/prices): every open storage meter accrues at the
+// new price from `now` (what accrued before is kept at the old one). Compute meters keep the
+// price of their run.
+Status rerate_storage(store::Database& db, SysTime now);
+
 }  // namespace gpucloud::billing

@@ -3,6 +3,7 @@
 #include "market/hosts.h"
 #include "market/offers.h"
 #include "market/prices.h"
+#include "billing/resource_meters.h"
 #include "server/app.h"
 #include "server/pagination.h"
 
@@ -67,8 +68,12 @@ asio::awaitable<Result<Response>> put_prices(RequestContext& ctx) {
   for (const auto& o : ctx.app.config().offers) models.push_back(o.gpu_model);
   auto table = market::prices_from_json(*body, models);
   if (!table) co_return tl::unexpected(table.error());
-  auto save = [table = *table, currency = ctx.app.config().currency](store::Database& db) -> Result<Response> {
+  auto save = [table = *table, currency = ctx.app.config().currency,
+               now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
     if (auto s = market::save_prices(db, table); !s) return tl::unexpected(s.error());
+    // New storage prices apply from now to what already exists; running instances keep
+    // the compute price of their run (a new one applies from the next start).
+    if (auto s = billing::rerate_storage(db, now); !s) return tl::unexpected(s.error());
     auto saved = market::load_prices(db);
     if (!saved) return tl::unexpected(saved.error());
     return json_response(200, market::prices_json(*saved, currency));
