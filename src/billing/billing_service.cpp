@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "billing/arrears.h"
+#include "billing/resource_meters.h"
 
 namespace gpucloud::billing {
 namespace asio = boost::asio;
@@ -39,6 +40,12 @@ void BillingService::stop() {
 
 asio::awaitable<void> BillingService::start() {
   stopped_ = false;
+  // Every live resource has its meter (a store from before billing, a missed hook).
+  auto reconcile = [now = clock_.now()](store::Database& db) { return reconcile_meters(db, now); };
+  if (auto fixed = co_await store_.write(std::move(reconcile)); !fixed)
+    spdlog::error(R"({{"event":"billing_reconcile_failed","detail":"{}"}})", fixed.error().detail);
+  else if (*fixed > 0)
+    spdlog::info(R"({{"event":"billing_meters_reconciled","changed":{}}})", *fixed);
   arm_settlement();
   // Every account that accrues or is in arrears gets its timer (they are not persisted: the
   // store says what is due, so a restart plans them again).

@@ -165,6 +165,33 @@ TEST_F(BillingTest, AStoragePriceChangeAppliesFromThenAndComputeKeepsItsRunsPric
   expect_ledger_consistent(u);
 }
 
+TEST_F(BillingTest, ReconcileGivesEveryLiveResourceItsMeterAndStopsStrayOnes) {
+  const std::string u = user("alice", 100000);
+  // A store from before billing: rows without meters.
+  ASSERT_TRUE(write([&](store::Database& db) -> Status {
+    if (auto s = db.run("INSERT INTO hosts (id, name, zone, state, simulated, inventory_source, engine, cpu, memory_gib, "
+                        "port_min, port_max, created_at) VALUES ('h-1', 'node-1', 'zone-a', 'ready', 1, 'simulated', "
+                        "'unix:///x', 4, 16, 30000, 30099, 0)",
+                        {});
+        !s)
+      return s;
+    if (auto s = db.run("INSERT INTO disks (id, owner, name, zone, host_id, size_gib, state, generation, created_at) "
+                        "VALUES ('d-old', ?, 'old', 'zone-a', 'h-1', 100, 'available', 1, 0)",
+                        {u});
+        !s)
+      return s;
+    return open_run(db, "i-gone", u, false, 3600, t0_);  // a compute meter for no running instance
+  }));
+  auto fixed = write([&](store::Database& db) { return reconcile_meters(db, t0_ + seconds(10)); });
+  ASSERT_TRUE(fixed) << fixed.error().detail;
+  EXPECT_EQ(*fixed, 2) << "the disk's meter opened, the stray compute meter closed";
+  auto again = write([&](store::Database& db) { return reconcile_meters(db, t0_ + seconds(20)); });
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 0) << "reconcile is idempotent";
+  ASSERT_TRUE(write([&](store::Database& db) { return settle_open_meters(db, t0_ + seconds(10) + hours(10)); }));
+  EXPECT_EQ(account(u).balance, 100000 - 10 - 20) << "10 s of the stray meter, then 100 GiB for 10 hours";
+}
+
 TEST_F(BillingTest, TheLedgerChainRefusesAWriterThatReadAStaleAccount) {
   const std::string u = user("alice", 500);
   auto r = write([&](store::Database& db) -> Status {

@@ -55,6 +55,59 @@ Status follow_image(store::Database& db, const std::string& image_id, const std:
   return follow_storage(db, owner, image_id, MeterKind::image, gib, prices->image_per_gib_hour_micros, now);
 }
 
+Result<int> reconcile_meters(store::Database& db, SysTime now) {
+  int changed = 0;
+  auto each = [&](const std::string& sql, auto&& fix) -> Status {
+    auto rows = db.all(sql, {});
+    if (!rows) return fail(rows.error());
+    for (const auto& r : *rows) {
+      if (auto s = fix(r); !s) return s;
+      ++changed;
+    }
+    return ok();
+  };
+  // Running pay-as-you-go instances without an open compute meter accrue from now.
+  if (auto s = each("SELECT i.id, i.owner, i.no_gpu, i.gpu_count, i.price_per_hour FROM instances i "
+                    "WHERE i.state = 'running' AND i.billing_mode = 'hourly' AND NOT EXISTS (SELECT 1 FROM meters m "
+                    "WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu') AND m.open_since IS NOT NULL)",
+                    [&](const store::Row& r) {
+                      return open_run(db, r.text(0), r.text(1), r.int64(2) != 0 || r.int64(3) == 0, r.int64(4), now);
+                    });
+      !s)
+    return fail(s.error());
+  // Compute meters open for an instance that is not running stop now.
+  if (auto s = each("SELECT m.resource FROM meters m LEFT JOIN instances i ON i.id = m.resource WHERE m.open_since IS NOT NULL "
+                    "AND m.kind IN ('compute', 'compute_no_gpu') AND (i.state IS NULL OR i.state != 'running')",
+                    [&](const store::Row& r) { return close_run(db, r.text(0), now, now); });
+      !s)
+    return fail(s.error());
+  auto prices = market::load_prices(db);
+  if (!prices) return fail(prices.error());
+  if (auto s = each("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
+                    "i.system_disk_gib > " + std::to_string(prices->system_disk_free_gib) + " AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
+                    "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
+                    [&](const store::Row& r) { return follow_system_disk(db, r.text(0), r.text(1), r.int64(2), now); });
+      !s)
+    return fail(s.error());
+  if (auto s = each("SELECT d.id, d.owner, d.size_gib FROM disks d WHERE d.state IN ('creating', 'available', 'attached') "
+                    "AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = d.id AND m.open_since IS NOT NULL)",
+                    [&](const store::Row& r) { return follow_data_disk(db, r.text(0), r.text(1), r.int64(2), now); });
+      !s)
+    return fail(s.error());
+  if (auto s = each("SELECT s.id, s.owner, s.used_bytes FROM snapshots s WHERE s.state = 'available' AND s.used_bytes > 0 "
+                    "AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = s.id AND m.open_since IS NOT NULL)",
+                    [&](const store::Row& r) { return follow_snapshot(db, r.text(0), r.text(1), r.int64(2), now); });
+      !s)
+    return fail(s.error());
+  if (auto s = each("SELECT im.id, im.owner, im.own_size_bytes FROM images im WHERE im.visibility = 'private' AND "
+                    "im.state = 'available' AND im.own_size_bytes > 0 AND NOT EXISTS (SELECT 1 FROM meters m WHERE "
+                    "m.resource = im.id AND m.open_since IS NOT NULL)",
+                    [&](const store::Row& r) { return follow_image(db, r.text(0), r.text(1), r.int64(2), now); });
+      !s)
+    return fail(s.error());
+  return changed;
+}
+
 Status rerate_storage(store::Database& db, SysTime now) {
   auto open = open_meters(db);
   if (!open) return fail(open.error());

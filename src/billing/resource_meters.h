@@ -33,6 +33,10 @@ Status follow_image(store::Database& db, const std::string& image_id, const std:
 
 std::int64_t gib_rounded_up(std::int64_t bytes);
 
+// At start: every live resource has the meter it should (a store from before billing, or
+// any hook missed), and no meter accrues for what no longer bills. Returns how many changed.
+Result<int> reconcile_meters(store::Database& db, SysTime now);
+
 // After a storage price change (PUT /admin/prices): every open storage meter accrues at the
 // new price from `now` (what accrued before is kept at the old one). Compute meters keep the
 // price of their run.
