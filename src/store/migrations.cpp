@@ -385,8 +385,7 @@ CREATE TABLE ledger_entries (
   description TEXT NOT NULL DEFAULT ''
 );
 CREATE UNIQUE INDEX ledger_entries_chain ON ledger_entries(account_id, seq);
-CREATE INDEX ledger_entries_by_time ON ledger_entries(account_id, time, id);
-CREATE INDEX ledger_entries_by_resource ON ledger_entries(resource, time);
+CREATE INDEX ledger_entries_by_time ON ledger_entries(account_id, time);
 CREATE TABLE meters (
   id TEXT PRIMARY KEY,
   account_id TEXT NOT NULL REFERENCES billing_accounts(id),
