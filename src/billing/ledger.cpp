@@ -217,6 +217,17 @@ Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& 
   return out;
 }
 
+Status apply_inserted_entries(store::Database& db, const Account& before, std::int64_t total, std::int64_t count,
+                              const std::optional<std::string>& user_id, SysTime now) {
+  if (auto s = db.run("UPDATE billing_accounts SET balance = balance + ?, entries = entries + ? WHERE id = ? AND entries = ?",
+                      {total, count, before.id, before.entries});
+      !s)
+    return s;
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "billing account " + before.id + " changed; try again");
+  db.note_billing_change(before.id);
+  return follow_balance(db, before, before.balance + total, total, user_id, now);
+}
+
 Result<std::vector<Entry>> list_entries(store::Database& db, const std::string& account_id, const LedgerQuery& q) {
   const std::int64_t since = q.since ? to_unix_micros(*q.since) : INT64_MIN;
   const std::int64_t until = q.until ? to_unix_micros(*q.until) : INT64_MAX;

@@ -69,6 +69,12 @@ Result<Entry> post_entry(store::Database& db, const std::string& account_id, con
 Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& account_id,
                                         const std::vector<NewEntry>& entries, SysTime now);
 
+// The balance side of entries a set-based settlement inserted itself (seq after `before`'s,
+// `count` of them, summing to `total`): the compare-and-set on the account's entry count,
+// then the arrears mark and the alert as post_entries does.
+Status apply_inserted_entries(store::Database& db, const Account& before, std::int64_t total, std::int64_t count,
+                              const std::optional<std::string>& user_id, SysTime now);
+
 struct LedgerQuery {
   std::optional<SysTime> since, until;
   std::optional<std::int64_t> before_seq;  // keyset cursor: entries older than this seq

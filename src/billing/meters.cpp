@@ -204,31 +204,69 @@ Status settle_meter(store::Database& db, const Meter& m, SysTime t) {
   return write_settled(db, m, *s, t);
 }
 
+namespace {
+
+// Every open meter's due and quantity at T, as SQL: the same integer arithmetic as
+// accrued_at/due_at (whole seconds; integer division floors for these non-negative values),
+// portable to PostgreSQL. Binds: T, T, T, account, account.
+constexpr const char* kDueAt =
+    "SELECT m.id AS meter_id, m.account_id, m.user_id, m.resource, m.kind, m.gib, m.rate, "
+    "(m.accrued + m.rate * ((? - m.open_since) / 1000000)) / m.divisor - m.charged AS amount, "
+    "m.quantity + (CASE WHEN m.kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE m.gib END) * "
+    "((? - m.open_since) / 1000000) - m.settled_quantity AS qty "
+    "FROM meters m WHERE m.open_since IS NOT NULL AND m.open_since <= ? AND (? IS NULL OR m.account_id = ?)";
+
+}  // namespace
+
+// Set-based: one statement writes every entry (seq and balance_after by window functions per
+// account), one moves every meter, then one compare-and-set per account that owed something.
 Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const std::optional<std::string>& account_id) {
-  auto open = account_id ? open_meters_of_account(db, *account_id) : open_meters(db);
-  if (!open) return fail(open.error());
+  const std::int64_t T = to_unix_micros(t);
+  const std::string due = std::string("WITH due AS (") + kDueAt + ") ";
+  auto owing = db.all(due + "SELECT d.account_id, SUM(d.amount), COUNT(*), MIN(d.user_id) FROM due d WHERE d.amount > 0 "
+                            "GROUP BY d.account_id ORDER BY d.account_id",
+                      {T, T, T, account_id, account_id});
+  if (!owing) return fail(owing.error());
   SettlementSummary summary;
-  summary.meters = open->size();
-  // One balance update per account for all of its meters (they come ordered by account).
-  for (std::size_t i = 0; i < open->size();) {
-    std::size_t j = i;
-    std::vector<NewEntry> batch;
-    std::vector<std::pair<const Meter*, Settlement>> settled;
-    for (; j < open->size() && (*open)[j].account_id == (*open)[i].account_id; ++j)
-      if (auto s = settlement_of((*open)[j], t)) {
-        batch.push_back(s->entry);
-        settled.emplace_back(&(*open)[j], std::move(*s));
-      }
-    if (!batch.empty()) {
-      if (auto posted = post_entries(db, (*open)[i].account_id, batch, t); !posted) return fail(posted.error());
-      fault_point("billing.settle.after_ledger_insert");
-      for (const auto& [meter, s] : settled) {
-        if (auto w = write_settled(db, *meter, s, t); !w) return fail(w.error());
-        summary.charged += -s.entry.amount;
-      }
-      summary.entries += batch.size();
-    }
-    i = j;
+  if (owing->empty()) return summary;
+  std::vector<Account> before;
+  before.reserve(owing->size());
+  for (const auto& r : *owing) {
+    auto a = load_account(db, r.text(0));
+    if (!a) return fail(a.error());
+    before.push_back(std::move(*a));
+  }
+  if (auto s = db.run(due +
+                          "INSERT INTO ledger_entries (id, account_id, seq, user_id, time, amount, balance_after, kind, "
+                          "resource, resource_kind, quantity, description) "
+                          "SELECT 'le-' || substr(d.account_id, 4) || '-' || CAST(a.entries + ROW_NUMBER() OVER w AS TEXT), "
+                          "d.account_id, a.entries + ROW_NUMBER() OVER w, d.user_id, ?, -d.amount, "
+                          "a.balance - SUM(d.amount) OVER w, 'charge', d.resource, d.kind, d.qty, "
+                          "d.kind || ' ' || CAST(d.qty AS TEXT) || CASE WHEN d.kind IN ('compute', 'compute_no_gpu') "
+                          "THEN ' s at ' || CAST(d.rate AS TEXT) || ' per hour' "
+                          "ELSE ' GiB-s, ' || CAST(d.gib AS TEXT) || ' GiB' END "
+                          "FROM due d JOIN billing_accounts a ON a.id = d.account_id WHERE d.amount > 0 "
+                          "WINDOW w AS (PARTITION BY d.account_id ORDER BY d.meter_id "
+                          "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
+                      {T, T, T, account_id, account_id, T});
+      !s)
+    return fail(s.error());
+  fault_point("billing.settle.after_ledger_insert");
+  if (auto s = db.run("UPDATE meters SET charged = (accrued + rate * ((? - open_since) / 1000000)) / divisor, "
+                      "settled_quantity = quantity + (CASE WHEN kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE gib END) * "
+                      "((? - open_since) / 1000000), settled_until = ?, generation = generation + 1 "
+                      "WHERE open_since IS NOT NULL AND open_since <= ? AND (? IS NULL OR account_id = ?) "
+                      "AND (accrued + rate * ((? - open_since) / 1000000)) / divisor > charged",
+                      {T, T, T, T, account_id, account_id, T});
+      !s)
+    return fail(s.error());
+  summary.meters = static_cast<std::size_t>(db.changes());
+  for (std::size_t i = 0; i < owing->size(); ++i) {
+    const auto& r = (*owing)[i];
+    const std::int64_t total = r.int64(1), count = r.int64(2);
+    if (auto s = apply_inserted_entries(db, before[i], -total, count, r.opt_text(3), t); !s) return fail(s.error());
+    summary.entries += static_cast<std::size_t>(count);
+    summary.charged += total;
   }
   return summary;
 }
