@@ -70,7 +70,10 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   billing::BillingService::Hooks hooks{[this](const std::string& id) { instances_->kick(id); },
                                        [this](const std::string& id) { disks_->kick_disk(id); }};
   billing_ = std::make_unique<billing::BillingService>(loop_, config_, *store_, *clock_, std::move(hooks));
-  store_->on_billing_commit([this](std::vector<std::string> ids) { billing_->accounts_changed(std::move(ids)); });
+  billing_for_commits_.store(billing_.get());
+  store_->on_billing_commit([this](std::vector<std::string> ids) {
+    if (auto* billing = billing_for_commits_.load()) billing->accounts_changed(std::move(ids));
+  });
   co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
@@ -94,7 +97,10 @@ asio::awaitable<void> App::poll_event_seq() {
   }
 }
 
-App::~App() = default;
+App::~App() {
+  // The writer thread may still commit while members go: it must not reach a gone service.
+  billing_for_commits_.store(nullptr);
+}
 
 void App::wake_event_streams() {
   for (auto* timer : event_waiters_) timer->cancel();

@@ -1,6 +1,7 @@
 #pragma once
 // gpucloudd's request pipeline: routing, authentication, problem errors, idempotency,
 // metrics and the request log. Handler files (handlers/*.cpp) add their routes here.
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -148,6 +149,7 @@ class App {
   std::unique_ptr<instances::InstanceService> instances_;
   std::unique_ptr<instances::ImageService> images_;
   std::unique_ptr<billing::BillingService> billing_;
+  std::atomic<billing::BillingService*> billing_for_commits_{nullptr};  // read on the writer thread
   std::string installation_id_;
 };
 
