@@ -5,6 +5,7 @@
 
 #include "billing/ledger.h"
 #include "billing/meters.h"
+#include "billing/subscriptions.h"
 #include "disks/disk_actions.h"
 #include "events/events.h"
 #include "instances/actions.h"
@@ -120,6 +121,11 @@ Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const con
   const Account& a = *account;
   std::optional<SysTime> next;
   auto consider = [&](SysTime t) { next = next ? std::min(*next, t) : t; };
+  auto users = users_of(db, account_id);
+  if (!users) return fail(users.error());
+  auto subs = next_subscription_check(db, *users, now);
+  if (!subs) return fail(subs.error());
+  if (*subs) consider(**subs);
   if (a.arrears_since) {
     if (a.balance <= 0) {
       // Running pay-as-you-go instances stop now; then the graces' warnings and steps.
@@ -134,8 +140,6 @@ Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const con
     return next ? std::optional<SysTime>{std::max(*next, now)} : next;
   }
   // Spend limits: the 80 % event and the stop, each at the second the charges reach it.
-  auto users = users_of(db, account_id);
-  if (!users) return fail(users.error());
   auto limited = limited_instances(db, *users);
   if (!limited) return fail(limited.error());
   for (const auto& l : *limited) {
@@ -159,6 +163,8 @@ Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config
   auto users = users_of(db, account_id);
   if (!users) return fail(users.error());
   const std::string first_user = users->empty() ? std::string() : users->front();
+  // Subscriptions first: renewals take from the balance before arrears are judged.
+  if (auto s = enforce_subscriptions(db, *users, now, out.instances_to_kick); !s) return fail(s.error());
 
   if (!a.arrears_since || a.balance > 0) {
     // Spend limits: an event at 80 %, a stop at the limit (the stop settles the run exactly).

@@ -52,7 +52,9 @@ asio::awaitable<void> BillingService::start() {
   auto watched = [](store::Database& db) -> Result<std::vector<std::string>> {
     auto rows = db.all(
         "SELECT DISTINCT account_id FROM meters WHERE open_since IS NOT NULL UNION "
-        "SELECT id FROM billing_accounts WHERE arrears_since IS NOT NULL",
+        "SELECT id FROM billing_accounts WHERE arrears_since IS NOT NULL UNION "
+        "SELECT u.billing_account FROM instances i JOIN users u ON u.id = i.owner WHERE i.billing_mode != 'hourly' "
+        "AND i.expires_at IS NOT NULL AND i.state != 'released' AND u.billing_account IS NOT NULL",
         {});
     if (!rows) return fail(rows.error());
     std::vector<std::string> out;

@@ -5,6 +5,7 @@
 #include "auth/user_quotas.h"
 #include "billing/affordability.h"
 #include "billing/ledger.h"
+#include "billing/subscriptions.h"
 #include "instances/images.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
@@ -99,8 +100,17 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
-  if (auto s = billing::check_affordable(db, actor.user_id, i.price_per_hour, "one hour of its price", config.currency); !s)
-    return fail(s.error());
+  std::int64_t upfront = 0;
+  if (i.billing_mode == "hourly") {
+    if (auto s = billing::check_affordable(db, actor.user_id, i.price_per_hour, "one hour of its price", config.currency); !s)
+      return fail(s.error());
+  } else {
+    auto price = billing::subscription_price(db, i.gpu_model, i.gpu_count, i.billing_mode);
+    if (!price) return fail(price.error());
+    if (auto s = billing::check_affordable(db, actor.user_id, *price, "the subscription's price", config.currency); !s)
+      return fail(s.error());
+    upfront = *price;
+  }
   // Existing data disks pin the instance to their host (a disk attaches only on its own host).
   auto disk_host = disks::check_instance_disks(db, config, actor, spec.data_disks);
   if (!disk_host) return fail(disk_host.error());
@@ -113,6 +123,8 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   }
   i.host_id = reservation->host_id;
   if (auto s = begin_instance(db, i, now); !s) return fail(s.error());
+  if (upfront > 0)
+    if (auto s = billing::pay_subscription(db, i, upfront, "the", now); !s) return fail(s.error());
   auto host = market::find_host(db, reservation->host_id);
   if (!host) return fail(host.error());
   const std::string disk_zone = *host ? (*host)->zone : i.zone;
@@ -166,6 +178,16 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
       return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(limits->gpus) +
                                                  " GPUs held at once; you hold " + std::to_string(usage->gpus_held) +
                                                  "; start it with no_gpu to reach its data");
+  }
+  // A subscription in its paid term still holds its GPUs: it starts on them, already paid for.
+  if (i.in_paid_term(now) && i.expires_at && !no_gpu) {
+    auto held = market::active_reservation(db, i.id);
+    if (!held) return fail(held.error());
+    if (*held) {
+      Instance next = i;
+      if (auto s = transition(db, i, next, Transition{S::starting, "", {}}, now); !s) return fail(s.error());
+      return reload(db, i.id);
+    }
   }
   const config::Offer* offer = i.gpu_model ? cfg.find_offer(*i.gpu_model) : nullptr;
   Instance next = i;

@@ -39,7 +39,7 @@ constexpr const char* kInstanceColumns =
     "(SELECT COALESCE(SUM(m.charged), 0) FROM meters m WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu')), "
     "i.created_at, "
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
-    "i.spend_limit, i.spend_warned "
+    "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -86,6 +86,8 @@ Result<Instance> instance_from(const store::Row& r) {
   }
   i.spend_limit = r.opt_int64(35);
   i.spend_warned = r.int64(36) != 0;
+  i.expires_at = time_of(r.opt_int64(37));
+  i.renewal_tried_for = time_of(r.opt_int64(38));
   return i;
 }
 
@@ -193,11 +195,13 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
           "UPDATE instances SET name = ?, state = ?, state_reason = ?, host_id = ?, gpu_model = ?, gpu_count = ?, cpu = ?, "
           "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, "
           "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
-          "generation = ?, security_group = ?, spend_limit = ?, spend_warned = ? WHERE id = ? AND state = ? AND generation = ?",
+          "generation = ?, security_group = ?, spend_limit = ?, spend_warned = ?, billing_mode = ?, expires_at = ?, "
+          "renewal_tried_for = ? WHERE id = ? AND state = ? AND generation = ?",
           {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
            i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
            i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation,
-           i.security_group_id, i.spend_limit, i.spend_warned, id, std::string(to_string(state)), generation});
+           i.security_group_id, i.spend_limit, i.spend_warned, i.billing_mode, micros(i.expires_at),
+           micros(i.renewal_tried_for), id, std::string(to_string(state)), generation});
       !s)
     return s;
   return expect_one_row(db, id);
@@ -343,7 +347,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["jupyter_url"] = nullptr;
   o["billing"] = json::object{{"mode", i.billing_mode},
                               {"auto_renew", i.auto_renew},
-                              {"expires_at", nullptr},
+                              {"expires_at", opt_time(i.expires_at)},
                               {"price_per_hour", i.price_per_hour},
                               {"currency", view.currency}};
   o["autostop"] = nullptr;

@@ -69,6 +69,10 @@ struct Instance {
   // Stop once its compute charges reach this (smallest unit); the 80 % event was sent.
   std::optional<std::int64_t> spend_limit;
   bool spend_warned = false;
+  // A subscription's paid term (weekly, monthly): from its first `running` to expires_at.
+  std::optional<SysTime> expires_at;
+  std::optional<SysTime> renewal_tried_for;
+  bool in_paid_term(SysTime now) const { return billing_mode != "hourly" && (!expires_at || *expires_at > now); }
 };
 
 // Who may reach one of the instance's ports: the CIDRs its group's rules allow, and only the

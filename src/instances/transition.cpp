@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "billing/ledger.h"
 #include "billing/resource_meters.h"
+#include "billing/subscriptions.h"
 #include "disks/disk_actions.h"
 #include "market/reservations.h"
 
@@ -41,6 +43,13 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
     next.stopped_at = end;
   }
   if (to == InstanceState::running && from != InstanceState::running) next.started_at = now;
+  // A subscription's paid term starts at its first `running`.
+  if (to == InstanceState::running && next.billing_mode != "hourly" && !next.expires_at) {
+    auto end = billing::term_end(db, now, next.billing_mode);
+    if (!end) return fail(end.error());
+    next.expires_at = *end;
+    db.note_billing_change(billing::account_id_for_user(next.owner));  // its renewal and expiry are planned
+  }
   if ((to == InstanceState::stopped || to == InstanceState::error) && !run_ends) next.stopped_at = now;
   if (to == InstanceState::released) next.released_at = now;
 
@@ -61,8 +70,11 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   if (to == InstanceState::released)
     if (auto s = billing::follow_system_disk(db, loaded.id, loaded.owner, std::nullopt, now); !s) return s;
 
-  // Reservations and ports follow the state (releasing keeps both until the container is gone).
-  if (!holds_reservation(to))
+  // Reservations and ports follow the state (releasing keeps both until the container is gone);
+  // a subscription inside its paid term keeps its GPUs while stopped.
+  const bool keeps_gpus = (to == InstanceState::stopping || to == InstanceState::stopped) && next.expires_at &&
+                          next.in_paid_term(now);
+  if (!holds_reservation(to) && !keeps_gpus)
     if (auto r = market::release_reservation(db, loaded.id, now); !r) return fail(r.error());
   if (to == InstanceState::released) {
     if (auto s = free_ports(db, loaded.id); !s) return s;

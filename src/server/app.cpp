@@ -53,6 +53,10 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
     return store::get_or_set_meta(db, "installation_id", made);
   });
   installation_id_ = id ? *id : "unknown";
+  // Subscription months are counted in billing_timezone inside the store's transactions.
+  (void)store_->write_now([tz = config_.billing_timezone](store::Database& db) {
+    return store::set_meta(db, "billing_timezone", tz);
+  });
 }
 
 asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent) {

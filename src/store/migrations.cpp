@@ -424,6 +424,12 @@ CREATE INDEX webhook_outbox_pending ON webhook_outbox(created_at) WHERE delivere
 ALTER TABLE instances ADD COLUMN spend_limit INTEGER CHECK (spend_limit IS NULL OR spend_limit > 0);
 ALTER TABLE instances ADD COLUMN spend_warned INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // Subscriptions (spec "Billing"): the paid term ends at expires_at (set at the first
+    // `running`); renewal_tried_for is the expires_at whose renewal was already tried.
+    {13, R"sql(
+ALTER TABLE instances ADD COLUMN expires_at INTEGER;
+ALTER TABLE instances ADD COLUMN renewal_tried_for INTEGER;
+)sql"},
 };
 
 }  // namespace

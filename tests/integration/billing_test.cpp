@@ -326,6 +326,60 @@ TEST(BillingTest, DOCKER_SLOW_AMonthOfATypicalUserIsExplainedByItsStatements) {
   d.wait_for_state("life", "released", hal);
 }
 
+// A weekly subscription: paid up front (402 when the balance does not cover it), the term
+// starts at the first `running`, the GPU stays reserved while stopped, it renews 24 h before
+// the end, and, auto_renew off, it ends as a stopped pay-as-you-go instance with its GPU freed.
+TEST(BillingTest, DOCKER_AWeeklySubscriptionRenewsThenExpiresIntoPayAsYouGo) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(options(0));
+  d.start();
+  const std::string ivy = d.register_and_login("bill-ivy");
+  json::object weekly{{"gpu_model", "RTX 4090"}, {"gpu_count", 1},
+                      {"billing", json::object{{"mode", "weekly"}, {"auto_renew", true}}}};
+  credit(d, "bill-ivy", 26000);  // below one week (26,600)
+  auto refused = d.post("/api/v1/instances", json::object{{"name", "sub"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1},
+                                                          {"billing", weekly.at("billing")}},
+                        ivy);
+  EXPECT_EQ(refused.status, 402) << refused.body;
+  credit(d, "bill-ivy", 60000);  // 86,000: two weeks and change
+  auto r = d.post("/api/v1/instances", json::object{{"name", "sub"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1},
+                                                    {"billing", weekly.at("billing")}},
+                  ivy);
+  ASSERT_EQ(r.status, 202) << r.body;
+  EXPECT_EQ(account(d, ivy).at("balance").as_int64(), 86000 - 26600) << "paid up front";
+  auto running = d.wait_for_state("sub", "running", ivy);
+  ASSERT_FALSE(running.at("billing").at("expires_at").is_null());
+  const std::string first_end = std::string(running.at("billing").at("expires_at").as_string());
+  // Stopped inside the term, it keeps its GPU; it starts again on it, paying nothing more.
+  ASSERT_EQ(d.post("/api/v1/instances/sub/stop", json::object{}, ivy).status, 202);
+  auto stopped = d.wait_for_state("sub", "stopped", ivy);
+  EXPECT_EQ(stopped.at("gpus").as_array().size(), 1u) << "a subscription keeps its GPU while stopped";
+  ASSERT_EQ(d.post("/api/v1/instances/sub/start", json::object{}, ivy).status, 202) ;
+  d.wait_for_state("sub", "running", ivy);
+  advance(d, 6 * 86400 + 3600);  // past the renewal point (24 h before the end)
+  auto renewed = d.get("/api/v1/instances/sub", ivy).json();
+  EXPECT_NE(std::string(renewed.at("billing").at("expires_at").as_string()), first_end) << "renewed for a week";
+  EXPECT_EQ(account(d, ivy).at("balance").as_int64(), 86000 - 2 * 26600);
+  EXPECT_EQ(renewed.at("charged").as_int64(), 0) << "no per-second compute inside a paid term";
+  // auto_renew off: at the end of the second week it becomes a stopped pay-as-you-go instance.
+  auto patched = d.request("PATCH", "/api/v1/instances/sub", R"({"billing": {"auto_renew": false}})", ivy);
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  advance(d, 8 * 86400);  // past the end of the renewed term (day 14)
+  auto expired = d.wait_for_state("sub", "stopped", ivy);
+  EXPECT_EQ(expired.at("billing").at("mode"), "hourly");
+  EXPECT_EQ(expired.at("state_reason"), "subscription_expired");
+  EXPECT_TRUE(expired.at("gpus").as_array().empty()) << "its GPU is free again";
+  EXPECT_EQ(account(d, ivy).at("balance").as_int64(), 86000 - 2 * 26600) << "no third week";
+  bool warned = false;
+  const json::value events = d.get("/api/v1/events?limit=1000", ivy).json();
+  for (const auto& e : events.at("items").as_array())
+    if (e.at("type") == "billing.subscription_expiring") warned = true;
+  EXPECT_TRUE(warned) << "an event before the end";
+  expect_ledger_consistent(d, ivy);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/sub", "", ivy).status, 202);
+  d.wait_for_state("sub", "released", ivy);
+}
+
 TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(options());

@@ -237,10 +237,8 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
     s.billing_mode = mode->value_or("hourly");
     if (s.billing_mode != "hourly" && s.billing_mode != "weekly" && s.billing_mode != "monthly")
       return fail(ErrorCode::invalid_argument, "billing.mode: must be hourly, weekly or monthly");
-    if (s.billing_mode != "hourly")
-      return fail(ErrorCode::invalid_argument,
-                  "billing.mode: subscriptions (weekly, monthly) are not available on this installation yet; "
-                  "POST /billing/estimate shows what one would cost");
+    if (s.billing_mode != "hourly" && s.gpu_count == 0)
+      return fail(ErrorCode::invalid_argument, "billing.mode: subscriptions are for GPU instances; a no-GPU one is hourly");
     auto renew = api::optional_bool(billing->value().as_object(), "auto_renew");
     if (!renew) return fail(ErrorCode::invalid_argument, "billing." + renew.error().detail);
     s.auto_renew = renew->value_or(true);
