@@ -107,7 +107,7 @@ App::~App() {
 }
 
 void App::wake_event_streams() {
-  for (auto* timer : event_waiters_) timer->cancel();
+  for (auto* timer : *event_waiters_) timer->cancel();
 }
 
 std::string App::bearer_token(const Request& request) {

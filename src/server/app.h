@@ -89,7 +89,11 @@ class App {
   std::int64_t latest_event_seq() const { return latest_event_seq_; }
   // Event streams park their timer here while they wait; a local commit that recorded an
   // event cancels them all (loop only).
-  std::set<boost::asio::steady_timer*>& event_waiters() { return event_waiters_; }
+  using Waiters = std::set<boost::asio::steady_timer*>;
+  Waiters& event_waiters() { return *event_waiters_; }
+  // For guards in coroutine frames that io_context's destructor may destroy after the App:
+  // they unpark only while the set is still alive.
+  std::weak_ptr<Waiters> event_waiters_handle() { return event_waiters_; }
   void wake_event_streams();
   void begin_shutdown() { shutting_down_ = true; }
   bool shutting_down() const { return shutting_down_; }
@@ -141,7 +145,7 @@ class App {
   std::string body_hash_key_;               // DATA_DIR/idempotency.key: bodies may hold passwords
   friend struct IdempotencyHold;
   std::int64_t latest_event_seq_ = 0;
-  std::set<boost::asio::steady_timer*> event_waiters_;
+  std::shared_ptr<Waiters> event_waiters_ = std::make_shared<Waiters>();
   bool shutting_down_ = false;
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;

@@ -77,11 +77,17 @@ std::string sse_frame(const events::Event& e) {
 
 // Parks a stream's timer with the app while it waits, whatever ends the wait.
 struct ParkedTimer {
-  ParkedTimer(App* app, asio::steady_timer* timer) : app(app), timer(timer) { app->event_waiters().insert(timer); }
-  ~ParkedTimer() { app->event_waiters().erase(timer); }
+  ParkedTimer(App* app, asio::steady_timer* timer) : app(app), waiters(app->event_waiters_handle()), timer(timer) {
+    app->event_waiters().insert(timer);
+  }
+  // A frame destroyed by io_context's destructor outlives the App: unpark only if it is alive.
+  ~ParkedTimer() {
+    if (auto w = waiters.lock()) w->erase(timer);
+  }
   ParkedTimer(const ParkedTimer&) = delete;
   ParkedTimer& operator=(const ParkedTimer&) = delete;
   App* app;
+  std::weak_ptr<App::Waiters> waiters;
   asio::steady_timer* timer;
 };
 

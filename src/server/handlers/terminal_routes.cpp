@@ -66,11 +66,13 @@ asio::awaitable<void> pump_both(agent::TerminalSession* terminal, WebSocketChann
 // or demoted. The timer is parked with the app's waiters so a revoke wakes it at once.
 asio::awaitable<void> watch_access(App* app, AccessWatch access, agent::TerminalSession* terminal, const bool* done,
                                    asio::steady_timer* timer) {
-  struct Parked {  // unparked on every exit, a destroyed coroutine too
-    App* app;
+  struct Parked {  // unparked on every exit, a destroyed coroutine too (even after the App)
+    std::weak_ptr<App::Waiters> waiters;
     asio::steady_timer* timer;
-    ~Parked() { app->event_waiters().erase(timer); }
-  } parked{app, timer};
+    ~Parked() {
+      if (auto w = waiters.lock()) w->erase(timer);
+    }
+  } parked{app->event_waiters_handle(), timer};
   while (!*done) {
     timer->expires_after(std::chrono::seconds(1));
     app->event_waiters().insert(timer);
