@@ -48,6 +48,36 @@ struct Heartbeat {
   std::vector<GpuInfo> gpus;  // current health
 };
 
+// Monitoring: what the agent's sampler reads every [monitoring] sample_interval.
+// One GPU's reading from NVML (never invented: simulated GPUs have none).
+struct GpuReading {
+  int index = 0;  // NVML index on the host
+  std::string uuid;
+  int util_percent = 0;  // 0..100, share of the driver's last period a kernel ran
+  std::int64_t memory_used_bytes = 0, memory_total_bytes = 0;
+};
+
+// One running instance, read from its container's cgroup and its GPUs.
+struct InstanceSample {
+  std::string instance_id;
+  // Percent of one core over the last interval (200 = two cores busy), as top and docker stats
+  // count it; nullopt on the first reading of a container (a rate needs two).
+  std::optional<double> cpu_percent;
+  std::optional<std::int64_t> memory_used_bytes;  // the cgroup's use less its inactive page cache
+  std::int64_t memory_limit_bytes = 0;            // 0 when unknown
+  std::vector<GpuReading> gpus;  // its GPUs (by the UUIDs it holds), in the order it holds them
+  // Why `gpus` is empty though the instance holds GPUs: "simulated GPUs report no
+  // utilisation", or the NVML error. Empty otherwise.
+  std::string gpu_note;
+};
+
+// One sampling round of one host.
+struct SampleReport {
+  std::string host_name;
+  std::vector<InstanceSample> instances;  // every running instance the host could read
+  std::vector<GpuReading> gpus;           // every real GPU of the host
+};
+
 // A command says the desired state of one thing ("instance X should be running with ...");
 // repeating a command id has no further effect (the agent answers the first outcome).
 struct Command {
@@ -69,6 +99,8 @@ boost::json::object to_json(const GpuInfo&);
 boost::json::object to_json(const HostInventory&);
 boost::json::object to_json(const Heartbeat&);
 boost::json::object to_json(const Command&);
+boost::json::object to_json(const SampleReport&);
+Result<SampleReport> sample_report_from_json(const boost::json::value&);
 boost::json::object to_json(const CommandOutcome&);
 Result<GpuInfo> gpu_info_from_json(const boost::json::value&);
 Result<HostInventory> host_inventory_from_json(const boost::json::value&);

@@ -20,6 +20,9 @@ class HostAgent {
   virtual boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) = 0;
   // The agent reports heartbeats through this sink (set once, before register_hosts).
   virtual void on_heartbeat(std::function<void(Heartbeat)> sink) = 0;
+  // The agent reports each sampling round (instances' CPU, memory and GPUs) through this sink
+  // (set once, before register_hosts). An agent that samples nothing never calls it.
+  virtual void on_samples(std::function<void(SampleReport)> sink) { (void)sink; }
   // An interactive shell in a running instance (a TTY exec). Bytes, not messages: a wire
   // transport carries it as its own stream beside the command channel.
   virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,

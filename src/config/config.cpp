@@ -101,7 +101,7 @@ class Parser {
     check_keys(root, "",
                {"listen", "data_dir", "currency", "registration", "public_host", "session_ttl",
                 "billing_timezone", "store", "zones", "hosts", "images", "offers",
-                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing"});
+                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring"});
     get_string(root, "", "listen", c.listen);
     get_string(root, "", "data_dir", c.data_dir);
     get_string(root, "", "currency", c.currency);
@@ -153,6 +153,12 @@ class Parser {
       check_keys(*t, "billing", {"signup_credit", "settle_interval"});
       get_money(*t, "billing", "signup_credit", c.billing.signup_credit);
       get_duration(*t, "billing", "settle_interval", c.billing.settle_interval);
+    }
+    if (const toml::table* t = get_table(root, "", "monitoring")) {
+      check_keys(*t, "monitoring", {"sample_interval", "raw_retention", "downsampled_retention"});
+      get_duration(*t, "monitoring", "sample_interval", c.monitoring.sample_interval);
+      get_duration(*t, "monitoring", "raw_retention", c.monitoring.raw_retention);
+      get_duration(*t, "monitoring", "downsampled_retention", c.monitoring.downsampled_retention);
     }
     if (const toml::table* t = get_table(root, "", "alerts")) {
       check_keys(*t, "alerts", {"allow_private_webhook_targets"});

@@ -84,6 +84,12 @@ struct Billing {  // added section [billing]
   std::chrono::seconds settle_interval{3600};  // meters settle at least this often (ledger entries)
 };
 
+struct Monitoring {  // added section [monitoring]
+  std::chrono::seconds sample_interval{5};              // the agent samples instances this often
+  std::chrono::seconds raw_retention{86400};            // raw samples are kept this long
+  std::chrono::seconds downsampled_retention{7 * 86400};  // 1-minute averages this long
+};
+
 struct Alerts {
   bool allow_private_webhook_targets = false;
 };
@@ -123,6 +129,7 @@ struct Config {
   StoragePrices storage_prices;
   Quotas quotas;
   Billing billing;
+  Monitoring monitoring;
   Alerts alerts;
   Policy policy;
   Server server;

@@ -144,6 +144,12 @@ void check_top_level(const Config& c, Checker& k) {
   }
   k.positive("session_ttl", c.session_ttl);
   k.positive("billing.settle_interval", c.billing.settle_interval);
+  if (c.monitoring.sample_interval < std::chrono::seconds(1) || c.monitoring.sample_interval > std::chrono::seconds(300))
+    k.error("monitoring.sample_interval", "must be from 1s to 300s");
+  if (c.monitoring.raw_retention < std::chrono::hours(1))
+    k.error("monitoring.raw_retention", "must be at least 1h");
+  if (c.monitoring.downsampled_retention < c.monitoring.raw_retention)
+    k.error("monitoring.downsampled_retention", "must be at least monitoring.raw_retention");
   if (c.billing.signup_credit < 0) k.error("billing.signup_credit", "must not be negative");
   if (!is_valid_timezone(c.billing_timezone)) {
     k.error("billing_timezone",
