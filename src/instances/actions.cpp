@@ -1,5 +1,7 @@
 #include "instances/actions.h"
 
+#include "instances/schedules.h"
+
 #include <algorithm>
 
 #include "auth/user_quotas.h"
@@ -7,6 +9,7 @@
 #include "billing/ledger.h"
 #include "billing/subscriptions.h"
 #include "instances/images.h"
+#include "instances/schedules.h"
 #include "instances/ssh_keys.h"
 #include "instances/transition.h"
 #include "market/hosts.h"
@@ -55,6 +58,8 @@ Result<Instance> find_for(store::Database& db, const Actor& actor, const std::st
 
 Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& id, const CreateRequest& spec, SysTime now) {
+  if (spec.stop_at && *spec.stop_at <= now)
+    return fail(ErrorCode::invalid_argument, "stop_at: must be in the future (it is now " + format_rfc3339(now) + ")");
   auto limits = auth::effective_quotas(db, config.quotas, actor.user_id);
   if (!limits) return fail(limits.error());
   const auto& quotas = *limits;
@@ -89,6 +94,9 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   i.billing_mode = spec.billing_mode;
   i.auto_renew = spec.auto_renew;
   i.spend_limit = spec.spend_limit;
+  i.autostop = spec.autostop;
+  i.stop_at = spec.stop_at;
+  i.release_after_stopped_days = spec.release_after_stopped_days;
   auto group = security_groups::use_group(db, actor.user_id, spec.security_group, now);
   if (!group) return fail(group.error());
   i.security_group_id = group->id;
@@ -214,11 +222,12 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
   return reload(db, i.id);
 }
 
-Result<Instance> release_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now) {
+Result<Instance> release_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
+                                  const std::string& reason) {
   auto i = find_for(db, actor, id_or_name);
   if (!i) return i;
   if (i->state == S::releasing || i->state == S::released) return i;  // a repeat
-  return move(db, *i, Transition{S::releasing, "", {}}, now);
+  return move(db, *i, Transition{S::releasing, reason, {}}, now);
 }
 
 Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, const std::string& id_or_name,
@@ -246,6 +255,31 @@ Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, con
     next.spend_warned = false;
     changed = true;
     db.note_billing_change(billing::account_id_for_user(i->owner));  // its stop is planned again
+  }
+  if (request.autostop) {
+    auto same = [](const std::optional<Instance::Autostop>& a, const std::optional<Instance::Autostop>& b) {
+      if (!a || !b) return a.has_value() == b.has_value();
+      return a->idle_minutes == b->idle_minutes && a->below_percent == b->below_percent;
+    };
+    if (!same(*request.autostop, i->autostop)) {
+      // Another rule is judged afresh: the idle window and its warning start over.
+      next.autostop = *request.autostop;
+      next.idle_since.reset();
+      next.busy_reason.reset();
+      next.schedule_warned &= ~kAutostopWarned;
+      changed = true;
+    }
+  }
+  if (request.stop_at && *request.stop_at != i->stop_at) {
+    if (*request.stop_at && **request.stop_at <= now)
+      return fail(ErrorCode::invalid_argument, "stop_at: must be in the future (it is now " + format_rfc3339(now) + ")");
+    next.stop_at = *request.stop_at;
+    changed = true;
+  }
+  if (request.release_after_stopped_days && *request.release_after_stopped_days != i->release_after_stopped_days) {
+    next.release_after_stopped_days = *request.release_after_stopped_days;
+    next.schedule_warned &= ~(kReleaseWarned3d | kReleaseWarned1d);  // warned afresh for the new date
+    changed = true;
   }
   if (request.security_group) {
     auto group = security_groups::use_group(db, i->owner, request.security_group, now);

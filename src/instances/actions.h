@@ -35,6 +35,9 @@ struct CreateRequest {
   std::vector<disks::InstanceDataDisk> data_disks;
   std::vector<std::string> new_disk_ids;  // one per new disk, in order (made by the caller)
   std::optional<std::int64_t> spend_limit;  // compute charges at which it stops
+  std::optional<Instance::Autostop> autostop;
+  std::optional<SysTime> stop_at;
+  std::optional<int> release_after_stopped_days;  // nullopt: the platform's default
 };
 
 struct PatchRequest {
@@ -43,6 +46,11 @@ struct PatchRequest {
   std::optional<bool> auto_renew;
   std::optional<std::string> security_group;  // id or name
   std::optional<std::optional<std::int64_t>> spend_limit;  // set, or (inner nullopt) cleared
+  // Cost control, each set or (inner nullopt) cleared; a cleared release period is the
+  // platform's default again.
+  std::optional<std::optional<Instance::Autostop>> autostop;
+  std::optional<std::optional<SysTime>> stop_at;
+  std::optional<std::optional<int>> release_after_stopped_days;
 };
 
 // The actor's instance by id or name; another user's is not_found (the operator sees all).
@@ -57,7 +65,9 @@ Result<Instance> stop_instance(store::Database& db, const Actor& actor, const st
 Result<Instance> restart_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
 Result<Instance> start_instance(store::Database& db, const config::Config& config, const Actor& actor,
                                 const std::string& id_or_name, bool no_gpu, SysTime now);
-Result<Instance> release_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now);
+// `reason`: "" for a user's release; "release_after_stopped", "arrears" for the platform's.
+Result<Instance> release_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
+                                  const std::string& reason = "");
 // Everything is checked before anything changes. The answer says whether the engine must follow.
 struct PatchOutcome {
   Instance instance;

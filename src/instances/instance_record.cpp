@@ -6,6 +6,8 @@
 #include <boost/json.hpp>
 
 #include "events/events.h"
+#include "instances/schedules.h"
+#include "store/meta.h"
 
 namespace gpucloud::instances {
 namespace json = boost::json;
@@ -39,7 +41,9 @@ constexpr const char* kInstanceColumns =
     "(SELECT COALESCE(SUM(m.charged), 0) FROM meters m WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu')), "
     "i.created_at, "
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
-    "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for "
+    "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for, i.autostop_idle_minutes, "
+    "i.autostop_below_percent, i.idle_since, i.busy_reason, i.stop_at, i.release_after_stopped_days, i.schedule_warned, "
+    "i.schedule_at "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -88,6 +92,14 @@ Result<Instance> instance_from(const store::Row& r) {
   i.spend_warned = r.int64(36) != 0;
   i.expires_at = time_of(r.opt_int64(37));
   i.renewal_tried_for = time_of(r.opt_int64(38));
+  if (auto minutes = r.opt_int64(39))
+    i.autostop = Instance::Autostop{static_cast<int>(*minutes), static_cast<int>(r.opt_int64(40).value_or(5))};
+  i.idle_since = time_of(r.opt_int64(41));
+  i.busy_reason = r.opt_text(42);
+  i.stop_at = time_of(r.opt_int64(43));
+  if (auto days = r.opt_int64(44)) i.release_after_stopped_days = static_cast<int>(*days);
+  i.schedule_warned = static_cast<int>(r.int64(45));
+  i.schedule_at = time_of(r.opt_int64(46));
   return i;
 }
 
@@ -126,16 +138,50 @@ Result<std::vector<Instance>> load_many(store::Database& db, const std::string& 
   }
   return out;
 }
+std::optional<std::int64_t> autostop_minutes(const Instance& i) {
+  return i.autostop ? std::optional<std::int64_t>(i.autostop->idle_minutes) : std::nullopt;
+}
+std::optional<std::int64_t> autostop_percent(const Instance& i) {
+  return i.autostop ? std::optional<std::int64_t>(i.autostop->below_percent) : std::nullopt;
+}
+std::optional<std::int64_t> release_days(const Instance& i) {
+  return i.release_after_stopped_days ? std::optional<std::int64_t>(*i.release_after_stopped_days) : std::nullopt;
+}
+
+// The platform's default release period, as gpucloudd wrote it to meta at start.
+int default_release_days(store::Database& db) {
+  auto v = store::get_meta(db, kReleaseDaysMetaKey);
+  if (!v || !*v) return 15;
+  try {
+    return std::stoi(**v);
+  } catch (const std::exception&) {
+    return 15;
+  }
+}
+
+// The instance's earliest deadline, planned from what is about to be written; the schedule
+// timer learns of it after the commit.
+std::optional<SysTime> plan_schedule(store::Database& db, const Instance& i) {
+  auto at = next_deadline(i, default_release_days(db));
+  if (at) db.note_schedule(*at);
+  return at;
+}
 }  // namespace
 
 Status insert_instance(store::Database& db, const Instance& i) {
-  return db.run(
+  auto s = db.run(
       "INSERT INTO instances (id, owner, name, state, state_reason, zone, host_id, gpu_model, gpu_count, cpu, memory_gib, "
       "no_gpu, system_disk_gib, image_id, ssh_keys, password_hash, billing_mode, auto_renew, price_per_hour, created_at, "
-      "generation, security_group, spend_limit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "generation, security_group, spend_limit, autostop_idle_minutes, autostop_below_percent, stop_at, "
+      "release_after_stopped_days, schedule_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i.id, i.owner, i.name, std::string(to_string(i.state)), i.state_reason, i.zone, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
        i.no_gpu, i.system_disk_gib, i.image_id, keys_text(i.ssh_keys), i.password_hash, i.billing_mode, i.auto_renew,
-       i.price_per_hour, to_unix_micros(i.created_at), i.generation, i.security_group_id, i.spend_limit});
+       i.price_per_hour, to_unix_micros(i.created_at), i.generation, i.security_group_id, i.spend_limit,
+       autostop_minutes(i), autostop_percent(i), micros(i.stop_at), release_days(i), micros(i.stop_at)});
+  if (!s) return s;
+  if (i.stop_at) db.note_schedule(*i.stop_at);
+  return ok();
 }
 
 Result<std::optional<Instance>> load_instance(store::Database& db, const std::string& id) {
@@ -196,15 +242,56 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
           "memory_gib = ?, no_gpu = ?, ssh_keys = ?, auto_renew = ?, price_per_hour = ?, ipv4 = ?, host_key = ?, "
           "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
           "generation = ?, security_group = ?, spend_limit = ?, spend_warned = ?, billing_mode = ?, expires_at = ?, "
-          "renewal_tried_for = ? WHERE id = ? AND state = ? AND generation = ?",
+          "renewal_tried_for = ?, autostop_idle_minutes = ?, autostop_below_percent = ?, idle_since = ?, busy_reason = ?, "
+          "stop_at = ?, release_after_stopped_days = ?, schedule_warned = ?, schedule_at = ? "
+          "WHERE id = ? AND state = ? AND generation = ?",
           {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
            i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
            i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation,
            i.security_group_id, i.spend_limit, i.spend_warned, i.billing_mode, micros(i.expires_at),
-           micros(i.renewal_tried_for), id, std::string(to_string(state)), generation});
+           micros(i.renewal_tried_for), autostop_minutes(i), autostop_percent(i), micros(i.idle_since), i.busy_reason,
+           micros(i.stop_at), release_days(i), i.schedule_warned, micros(plan_schedule(db, i)), id,
+           std::string(to_string(state)), generation});
       !s)
     return s;
   return expect_one_row(db, id);
+}
+
+Status write_cost_control(store::Database& db, const Instance& i, InstanceState state) {
+  if (auto s = db.run("UPDATE instances SET idle_since = ?, busy_reason = ?, stop_at = ?, schedule_warned = ?, "
+                      "schedule_at = ? WHERE id = ? AND state = ?",
+                      {micros(i.idle_since), i.busy_reason, micros(i.stop_at), i.schedule_warned,
+                       micros(plan_schedule(db, i)), i.id, std::string(to_string(state))});
+      !s)
+    return s;
+  return expect_one_row(db, i.id);
+}
+
+Result<std::vector<std::string>> instances_due(store::Database& db, SysTime now, int limit) {
+  auto rows = db.all("SELECT id FROM instances WHERE schedule_at IS NOT NULL AND schedule_at <= ? "
+                     "ORDER BY schedule_at, id LIMIT ?",
+                     {to_unix_micros(now), limit});
+  if (!rows) return fail(rows.error());
+  std::vector<std::string> out;
+  for (const auto& r : *rows) out.push_back(r.text(0));
+  return out;
+}
+
+Result<std::optional<SysTime>> earliest_schedule(store::Database& db) {
+  auto row = db.one("SELECT MIN(schedule_at) FROM instances WHERE schedule_at IS NOT NULL");
+  if (!row) return fail(row.error());
+  if (!*row) return std::optional<SysTime>{};
+  return time_of((*row)->opt_int64(0));
+}
+
+Result<std::vector<RunningOnHost>> running_on_host(store::Database& db, const std::string& host_name) {
+  auto rows = db.all("SELECT i.id, i.autostop_idle_minutes FROM instances i JOIN hosts h ON h.id = i.host_id "
+                     "WHERE h.name = ? AND i.state = 'running'",
+                     {host_name});
+  if (!rows) return fail(rows.error());
+  std::vector<RunningOnHost> out;
+  for (const auto& r : *rows) out.push_back({r.text(0), !r.is_null(1)});
+  return out;
 }
 
 Status mark_spend_warned(store::Database& db, const std::string& id) {
@@ -350,7 +437,30 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
                               {"expires_at", opt_time(i.expires_at)},
                               {"price_per_hour", i.price_per_hour},
                               {"currency", view.currency}};
-  o["autostop"] = nullptr;
+  if (i.autostop) {
+    const bool idle = i.idle_since.has_value();
+    const bool gpu_basis = i.gpu_count > 0 && !i.no_gpu && !i.gpus_simulated;
+    o["autostop"] = json::object{{"idle_minutes", i.autostop->idle_minutes},
+                                 {"gpu_util_below_percent", i.autostop->below_percent},
+                                 {"applies_to", gpu_basis ? "gpu" : "cpu"},
+                                 {"idle_since", opt_time(i.idle_since)},
+                                 {"busy_reason", idle ? json::value(nullptr) : opt(i.busy_reason)},
+                                 {"idle_reason", idle ? opt(i.busy_reason) : json::value(nullptr)},
+                                 {"stops_at", [&]() -> json::value {
+                                    auto a = autostop_deadlines(i);
+                                    return a ? json::value(format_rfc3339(a->stop_at)) : json::value(nullptr);
+                                  }()}};
+  } else {
+    o["autostop"] = nullptr;
+  }
+  o["stop_at"] = opt_time(i.stop_at);
+  o["release_after_stopped_days"] = i.release_after_stopped_days.value_or(view.default_release_days);
+  o["release_at"] = opt_time(release_at(i, view.default_release_days));
+  // What the monitoring series hold: simulated GPUs and no-GPU runs have no GPU series.
+  std::optional<std::string> no_gpu_metrics;
+  if (i.gpu_count == 0 || i.no_gpu) no_gpu_metrics = "the instance runs without GPUs";
+  else if (i.gpus_simulated) no_gpu_metrics = "simulated GPUs report no utilisation";
+  o["monitoring"] = json::object{{"gpu_metrics", !no_gpu_metrics.has_value()}, {"reason", opt(no_gpu_metrics)}};
   o["spend_limit"] = i.spend_limit ? json::value(*i.spend_limit) : json::value(nullptr);
   o["created_at"] = format_rfc3339(i.created_at);
   o["started_at"] = opt_time(i.started_at);

@@ -72,6 +72,19 @@ struct Instance {
   // A subscription's paid term (weekly, monthly): from its first `running` to expires_at.
   std::optional<SysTime> expires_at;
   std::optional<SysTime> renewal_tried_for;
+  // Cost control (instances/schedules.h). Autostop: stop after idle_minutes with every GPU
+  // (no GPU or simulated ones: the CPU) below below_percent.
+  struct Autostop {
+    int idle_minutes = 0;
+    int below_percent = 5;
+  };
+  std::optional<Autostop> autostop;
+  std::optional<SysTime> idle_since;       // every reading below the threshold since then
+  std::optional<std::string> busy_reason;  // the latest judgment, as a sentence
+  std::optional<SysTime> stop_at;          // a one-off stop
+  std::optional<int> release_after_stopped_days;  // nullopt: the platform's default
+  int schedule_warned = 0;                 // ScheduleWarning bits
+  std::optional<SysTime> schedule_at;      // the earliest deadline; written by write_instance_state
   bool in_paid_term(SysTime now) const { return billing_mode != "hourly" && (!expires_at || *expires_at > now); }
 };
 
@@ -100,6 +113,20 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
 // compare-and-set on the loaded generation, which goes up so converge re-sends the desired state.
 Status update_desired(store::Database& db, const Instance& loaded, Instance& next);
 // The spend limit's 80 % event was sent (an observation: the generation does not move).
+// Autostop's running judgment and the warnings sent, without a generation change (the
+// engine follows none of it); schedule_at is planned again. Only while the instance is in
+// `state` (conflict otherwise).
+Status write_cost_control(store::Database& db, const Instance& i, InstanceState state);
+// Instances whose schedule_at is due at `now`, earliest first, at most `limit`; and the
+// earliest pending schedule_at.
+Result<std::vector<std::string>> instances_due(store::Database& db, SysTime now, int limit);
+Result<std::optional<SysTime>> earliest_schedule(store::Database& db);
+// The running instances of a host (by its name), and whether each has autostop on.
+struct RunningOnHost {
+  std::string id;
+  bool autostop = false;
+};
+Result<std::vector<RunningOnHost>> running_on_host(store::Database& db, const std::string& host_name);
 Status mark_spend_warned(store::Database& db, const std::string& id);
 // Records the event of a state change ("instance.<state>"), in the caller's transaction.
 Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
@@ -122,6 +149,7 @@ Status free_port(store::Database& db, const std::string& instance_id, const Port
 struct ViewContext {
   std::string public_host;
   std::string currency;
+  int default_release_days = 15;  // [policy] release_stopped_after_days
 };
 boost::json::object instance_json(const Instance& instance, const ViewContext& view, std::int64_t run_seconds_now);
 

@@ -50,7 +50,9 @@ class InstanceService {
 
   // Seconds spent running, including the current run.
   std::int64_t run_seconds_now(const Instance& instance) const;
-  ViewContext view() const { return ViewContext{config_.public_host, config_.currency}; }
+  ViewContext view() const {
+    return ViewContext{config_.public_host, config_.currency, config_.policy.release_stopped_after_days};
+  }
   // True while no step is queued or running for `id` (tests).
   bool idle(const std::string& id) const { return !converging_.contains(id); }
   // True while any engine work is under way (shutdown waits for it).

@@ -7,6 +7,7 @@
 #include "billing/subscriptions.h"
 #include "disks/disk_actions.h"
 #include "market/reservations.h"
+#include "monitoring/series.h"
 
 namespace gpucloud::instances {
 
@@ -52,6 +53,14 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   }
   if ((to == InstanceState::stopped || to == InstanceState::error) && !run_ends) next.stopped_at = now;
   if (to == InstanceState::released) next.released_at = now;
+  // Cost control restarts with each run and each stop: idleness is judged afresh from the
+  // readings of this run, and a release's warnings count from this stop.
+  if (to != from) {
+    next.idle_since.reset();
+    next.busy_reason.reset();
+    next.schedule_warned = 0;
+  }
+  if (to == InstanceState::released) next.stop_at.reset();
 
   // The compare-and-set: nothing else may have moved the row since it was loaded.
   next.generation = loaded.generation + 1;
@@ -80,6 +89,8 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
     if (auto s = free_ports(db, loaded.id); !s) return s;
     // Data disks outlive the instance: detached and kept, or binned when delete_on_release.
     if (auto s = disks::release_instance_disks(db, loaded.id, now); !s) return s;
+    // Its monitoring series go with it.
+    if (auto s = monitoring::delete_instance_series(db, loaded.id); !s) return s;
   }
 
   if (to != from) return record_state_event(db, next, now);

@@ -1,5 +1,7 @@
 #include "server/app.h"
 
+#include "instances/schedules.h"
+
 #include "billing/ledger.h"
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "store/meta.h"
 #include "events/events.h"
 #include "instances/images.h"
+#include "instances/schedules.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -48,6 +51,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_event_routes(*this);
   register_terminal_routes(*this);
   register_billing_routes(*this);
+  register_monitoring_routes(*this);
   // Short and lower-case: it goes into container, network and nftables names.
   auto id = store_->write_now([made = new_id("x").substr(2, 10)](store::Database& db) {
     return store::get_or_set_meta(db, "installation_id", made);
@@ -57,9 +61,17 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   (void)store_->write_now([tz = config_.billing_timezone](store::Database& db) {
     return store::set_meta(db, "billing_timezone", tz);
   });
+  // Every writer of an instance row plans its release with the same default.
+  (void)store_->write_now([days = config_.policy.release_stopped_after_days](store::Database& db) {
+    return store::set_meta(db, instances::kReleaseDaysMetaKey, std::to_string(days));
+  });
 }
 
 asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent) {
+  // Sampling rounds arrive on the loop; before the service exists they are dropped.
+  agent->on_samples([this](agent::SampleReport report) {
+    if (monitoring_) monitoring_->ingest(std::move(report));
+  });
   hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent));
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
@@ -79,6 +91,14 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
     if (auto* billing = billing_for_commits_.load()) billing->accounts_changed(std::move(ids));
   });
   co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
+  monitoring::MonitoringService::Hooks monitoring_hooks{[this](const std::string& id) { instances_->kick(id); }};
+  monitoring_ = std::make_unique<monitoring::MonitoringService>(loop_, config_, *store_, *clock_,
+                                                               std::move(monitoring_hooks));
+  monitoring_for_commits_.store(monitoring_.get());
+  store_->on_schedule_commit([this](SysTime at) {
+    if (auto* m = monitoring_for_commits_.load()) m->schedule_noted(at);
+  });
+  co_await monitoring_->start();  // cost control's timer at the earliest deadline
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
 }
@@ -104,6 +124,7 @@ asio::awaitable<void> App::poll_event_seq() {
 App::~App() {
   // The writer thread may still commit while members go: it must not reach a gone service.
   billing_for_commits_.store(nullptr);
+  monitoring_for_commits_.store(nullptr);
 }
 
 void App::wake_event_streams() {

@@ -24,6 +24,7 @@
 #include "disks/disk_service.h"
 #include "instances/image_service.h"
 #include "instances/lifecycle.h"
+#include "monitoring/monitoring_service.h"
 #include "server/auth_cache.h"
 #include "server/host_registry.h"
 #include "server/http_types.h"
@@ -102,6 +103,7 @@ class App {
   disks::DiskService& disks() { return *disks_; }
   instances::ImageService& images() { return *images_; }
   billing::BillingService& billing() { return *billing_; }
+  monitoring::MonitoringService& monitoring() { return *monitoring_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
 
@@ -154,6 +156,8 @@ class App {
   std::unique_ptr<instances::ImageService> images_;
   std::unique_ptr<billing::BillingService> billing_;
   std::atomic<billing::BillingService*> billing_for_commits_{nullptr};  // read on the writer thread
+  std::unique_ptr<monitoring::MonitoringService> monitoring_;
+  std::atomic<monitoring::MonitoringService*> monitoring_for_commits_{nullptr};
   std::string installation_id_;
 };
 
@@ -218,5 +222,6 @@ void register_quota_routes(App& app);
 void register_event_routes(App& app);
 void register_terminal_routes(App& app);
 void register_billing_routes(App& app);
+void register_monitoring_routes(App& app);
 
 }  // namespace gpucloud::server

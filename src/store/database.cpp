@@ -28,6 +28,13 @@ std::optional<std::int64_t> Row::opt_int64(std::size_t i) const {
   return int64(i);
 }
 
+std::optional<double> Row::opt_double(std::size_t i) const {
+  const Value& v = values_.at(i);
+  if (auto* d = std::get_if<double>(&v)) return *d;
+  if (auto* p = std::get_if<std::int64_t>(&v)) return static_cast<double>(*p);
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<Database>> Database::open(const std::string& path, bool read_only) {
   sqlite3* raw = nullptr;
   int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |

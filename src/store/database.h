@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "core/time_format.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -28,6 +29,7 @@ class Row {
   std::string text(std::size_t i) const;  // "" for NULL
   std::optional<std::string> opt_text(std::size_t i) const;
   std::optional<std::int64_t> opt_int64(std::size_t i) const;
+  std::optional<double> opt_double(std::size_t i) const;  // an integer column converts
   std::size_t size() const { return values_.size(); }
 
  private:
@@ -74,6 +76,12 @@ class Database {
   // so the billing service re-projects when each reaches zero (read after the commit).
   void note_billing_change(const std::string& account_id) { billing_changes_.push_back(account_id); }
   std::vector<std::string> take_billing_changes() { return std::exchange(billing_changes_, {}); }
+  // An instance's cost-control deadline was written (instances/schedules.h): the earliest
+  // one of the transaction reaches Store::on_schedule_commit after the commit.
+  void note_schedule(SysTime at) {
+    if (!schedule_noted_ || at < *schedule_noted_) schedule_noted_ = at;
+  }
+  std::optional<SysTime> take_schedule_noted() { return std::exchange(schedule_noted_, std::nullopt); }
 
  private:
   Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
@@ -85,6 +93,7 @@ class Database {
   std::unordered_map<std::string, sqlite3_stmt*> statements_;
   bool event_written_ = false;
   std::vector<std::string> billing_changes_;
+  std::optional<SysTime> schedule_noted_;
 };
 
 }  // namespace gpucloud::store

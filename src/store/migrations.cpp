@@ -430,6 +430,32 @@ ALTER TABLE instances ADD COLUMN spend_warned INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE instances ADD COLUMN expires_at INTEGER;
 ALTER TABLE instances ADD COLUMN renewal_tried_for INTEGER;
 )sql"},
+    // Monitoring and cost control: idle autostop (threshold, window, the running judgment),
+    // a one-off stop, release after N days stopped, the warnings sent (bits), and the
+    // earliest time any of them is due (what the schedule timer waits for).
+    // instance_samples: raw samples (resolution 0) and 1-minute averages (resolution 60) of
+    // an instance; gpu -1 is the instance's CPU (util = percent of one core) and memory.
+    {14, R"sql(
+ALTER TABLE instances ADD COLUMN autostop_idle_minutes INTEGER;
+ALTER TABLE instances ADD COLUMN autostop_below_percent INTEGER;
+ALTER TABLE instances ADD COLUMN idle_since INTEGER;
+ALTER TABLE instances ADD COLUMN busy_reason TEXT;
+ALTER TABLE instances ADD COLUMN stop_at INTEGER;
+ALTER TABLE instances ADD COLUMN release_after_stopped_days INTEGER;
+ALTER TABLE instances ADD COLUMN schedule_warned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN schedule_at INTEGER;
+CREATE INDEX instances_schedule_at ON instances (schedule_at);
+CREATE TABLE instance_samples (
+  instance_id TEXT NOT NULL,
+  resolution INTEGER NOT NULL,
+  t INTEGER NOT NULL,
+  gpu INTEGER NOT NULL,
+  util DOUBLE PRECISION,
+  memory_bytes BIGINT,
+  PRIMARY KEY (instance_id, resolution, t, gpu)
+);
+CREATE INDEX instance_samples_age ON instance_samples (resolution, t);
+)sql"},
 };
 
 }  // namespace

@@ -61,6 +61,9 @@ class Store {
   void on_billing_commit(std::function<void(std::vector<std::string>)> callback) {
     on_billing_commit_ = std::move(callback);
   }
+  // Called on the writer thread after each commit that wrote an instance's cost-control
+  // deadline (the earliest of them).
+  void on_schedule_commit(std::function<void(SysTime)> callback) { on_schedule_commit_ = std::move(callback); }
 
  private:
   Store(std::string path, std::unique_ptr<Database> writer, int readers);
@@ -86,17 +89,20 @@ class Store {
       (void)writer_->exec_script("ROLLBACK");
       (void)writer_->take_event_written();
       (void)writer_->take_billing_changes();
+      (void)writer_->take_schedule_noted();
       return result;
     }
     if (auto s = writer_->exec_script("COMMIT"); !s) {
       (void)writer_->exec_script("ROLLBACK");
       (void)writer_->take_event_written();
       (void)writer_->take_billing_changes();
+      (void)writer_->take_schedule_noted();
       return R(tl::unexpected(s.error()));
     }
     if (writer_->take_event_written() && on_event_commit_) on_event_commit_();
     if (auto changed = writer_->take_billing_changes(); !changed.empty() && on_billing_commit_)
       on_billing_commit_(std::move(changed));
+    if (auto at = writer_->take_schedule_noted(); at && on_schedule_commit_) on_schedule_commit_(*at);
     return result;
   }
   template <class R, class F>
@@ -123,6 +129,7 @@ class Store {
   std::string path_;
   std::function<void()> on_event_commit_;
   std::function<void(std::vector<std::string>)> on_billing_commit_;
+  std::function<void(SysTime)> on_schedule_commit_;
   std::unique_ptr<Database> writer_;
   std::mutex writer_mutex_;
   std::mutex readers_mutex_;

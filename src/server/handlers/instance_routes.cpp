@@ -127,39 +127,58 @@ Result<std::vector<disks::InstanceDataDisk>> parse_data_disks(const json::value&
   return out;
 }
 
-// Parts of the contract whose machinery comes with later work (security groups, idle
-// autostop, scheduled stop and release): checked for shape, then refused with a reason rather
-// than accepted and silently ignored.
-Status check_not_yet_available(const json::object& body) {
-  if (auto it = body.find("autostop"); it != body.end() && !it->value().is_null()) {
-    if (!it->value().is_object())
-      return fail(ErrorCode::invalid_argument, "autostop: must be an object {idle_minutes, gpu_util_below_percent}");
-    const auto& a = it->value().as_object();
-    if (auto s = api::only_fields(a, {"idle_minutes", "gpu_util_below_percent"}, "autostop."); !s) return s;
-    auto idle = api::optional_int(a, "idle_minutes");
-    if (!idle) return fail(ErrorCode::invalid_argument, "autostop." + idle.error().detail);
-    if (*idle && (**idle < 1 || **idle > 10080)) return fail(ErrorCode::invalid_argument, "autostop.idle_minutes: must be from 1 to 10080");
-    auto util = api::optional_int(a, "gpu_util_below_percent");
-    if (!util) return fail(ErrorCode::invalid_argument, "autostop." + util.error().detail);
-    if (*util && (**util < 0 || **util > 100))
-      return fail(ErrorCode::invalid_argument, "autostop.gpu_util_below_percent: must be from 0 to 100");
-    return fail(ErrorCode::invalid_argument, "autostop: idle autostop is not available on this installation yet");
+// Cost control (spec, "Cost control"): each field absent (outer nullopt), null (cleared:
+// inner nullopt) or set. `autostop.gpu_util_below_percent` defaults to 5.
+struct CostControlFields {
+  std::optional<std::optional<instances::Instance::Autostop>> autostop;
+  std::optional<std::optional<SysTime>> stop_at;
+  std::optional<std::optional<int>> release_after_stopped_days;
+};
+Result<CostControlFields> parse_cost_control(const json::object& body) {
+  CostControlFields out;
+  if (auto it = body.find("autostop"); it != body.end()) {
+    if (it->value().is_null()) {
+      out.autostop.emplace();
+    } else {
+      if (!it->value().is_object())
+        return fail(ErrorCode::invalid_argument, "autostop: must be an object {idle_minutes, gpu_util_below_percent} or null");
+      const auto& a = it->value().as_object();
+      if (auto s = api::only_fields(a, {"idle_minutes", "gpu_util_below_percent"}, "autostop."); !s) return fail(s.error());
+      auto idle = api::optional_int(a, "idle_minutes");
+      if (!idle) return fail(ErrorCode::invalid_argument, "autostop." + idle.error().detail);
+      if (!*idle) return fail(ErrorCode::invalid_argument, "autostop.idle_minutes: required (minutes, from 1 to 10080)");
+      if (**idle < 1 || **idle > 10080)
+        return fail(ErrorCode::invalid_argument, "autostop.idle_minutes: must be from 1 to 10080");
+      auto util = api::optional_int(a, "gpu_util_below_percent");
+      if (!util) return fail(ErrorCode::invalid_argument, "autostop." + util.error().detail);
+      if (*util && (**util < 1 || **util > 100))
+        return fail(ErrorCode::invalid_argument, "autostop.gpu_util_below_percent: must be from 1 to 100");
+      out.autostop = std::optional<instances::Instance::Autostop>(
+          instances::Instance::Autostop{static_cast<int>(**idle), static_cast<int>(util->value_or(5))});
+    }
   }
-  auto stop_at = api::optional_string(body, "stop_at");
-  if (!stop_at) return tl::unexpected(stop_at.error());
-  if (*stop_at) {
-    if (!parse_rfc3339(**stop_at)) return fail(ErrorCode::invalid_argument, "stop_at: must be an RFC 3339 time");
-    return fail(ErrorCode::invalid_argument, "stop_at: scheduled stops are not available on this installation yet");
+  if (auto it = body.find("stop_at"); it != body.end()) {
+    if (it->value().is_null()) {
+      out.stop_at.emplace();
+    } else {
+      if (!it->value().is_string()) return fail(ErrorCode::invalid_argument, "stop_at: must be an RFC 3339 time or null");
+      auto t = parse_rfc3339(std::string(it->value().as_string()));
+      if (!t) return fail(ErrorCode::invalid_argument, "stop_at: must be an RFC 3339 time like 2026-12-02T18:00:00Z");
+      out.stop_at = std::optional<SysTime>(*t);
+    }
   }
-  auto days = api::optional_int(body, "release_after_stopped_days");
-  if (!days) return tl::unexpected(days.error());
-  if (*days) {
-    if (**days < 1 || **days > 3650)
-      return fail(ErrorCode::invalid_argument, "release_after_stopped_days: must be from 1 to 3650");
-    return fail(ErrorCode::invalid_argument,
-                "release_after_stopped_days: automatic release is not available on this installation yet");
+  if (auto it = body.find("release_after_stopped_days"); it != body.end()) {
+    if (it->value().is_null()) {
+      out.release_after_stopped_days.emplace();
+    } else {
+      auto days = api::optional_int(body, "release_after_stopped_days");
+      if (!days) return fail(days.error());
+      if (!*days || **days < 1 || **days > 3650)
+        return fail(ErrorCode::invalid_argument, "release_after_stopped_days: must be from 1 to 3650, or null for the platform's default");
+      out.release_after_stopped_days = std::optional<int>(static_cast<int>(**days));
+    }
   }
-  return ok();
+  return out;
 }
 
 // `spend_limit`: absent (nullopt), null (clear: inner nullopt) or a positive amount.
@@ -250,7 +269,11 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
     for (const auto& d : s.data_disks)
       if (!d.existing) s.new_disk_ids.push_back(new_id("d"));
   }
-  if (auto s = check_not_yet_available(body); !s) return tl::unexpected(s.error());
+  auto cost = parse_cost_control(body);
+  if (!cost) return tl::unexpected(cost.error());
+  if (cost->autostop) s.autostop = *cost->autostop;
+  if (cost->stop_at) s.stop_at = *cost->stop_at;
+  if (cost->release_after_stopped_days) s.release_after_stopped_days = *cost->release_after_stopped_days;
   auto limit = parse_spend_limit(body);
   if (!limit) return tl::unexpected(limit.error());
   if (*limit) s.spend_limit = **limit;
@@ -349,7 +372,10 @@ Result<Instance> user_stop(store::Database& db, const instances::Actor& actor, c
 }
 asio::awaitable<Result<Response>> stop(RequestContext& ctx) { co_return co_await act(ctx, user_stop); }
 asio::awaitable<Result<Response>> restart(RequestContext& ctx) { co_return co_await act(ctx, instances::restart_instance); }
-asio::awaitable<Result<Response>> release(RequestContext& ctx) { co_return co_await act(ctx, instances::release_instance); }
+Result<Instance> user_release(store::Database& db, const instances::Actor& actor, const std::string& id, SysTime now) {
+  return instances::release_instance(db, actor, id, now);
+}
+asio::awaitable<Result<Response>> release(RequestContext& ctx) { co_return co_await act(ctx, user_release); }
 
 asio::awaitable<Result<Response>> start(RequestContext& ctx) {
   auto body = api::parse_object(ctx.request.body);
@@ -372,7 +398,8 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
                                         "release_after_stopped_days", "spend_limit"});
       !s)
     co_return tl::unexpected(s.error());
-  if (auto s = check_not_yet_available(*body); !s) co_return tl::unexpected(s.error());
+  auto cost = parse_cost_control(*body);
+  if (!cost) co_return tl::unexpected(cost.error());
   std::optional<bool> auto_renew;
   if (auto it = body->find("billing"); it != body->end() && !it->value().is_null()) {
     if (!it->value().is_object()) co_return fail(ErrorCode::invalid_argument, "billing: must be an object {auto_renew}");
@@ -396,7 +423,8 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   auto limit = parse_spend_limit(*body);
   if (!limit) co_return tl::unexpected(limit.error());
   App& app = ctx.app;
-  instances::PatchRequest change{*name, ports, auto_renew, *group, *limit};
+  instances::PatchRequest change{*name, ports, auto_renew, *group, *limit, cost->autostop, cost->stop_at,
+                                 cost->release_after_stopped_days};
   auto effect = [actor = ctx.actor(), id = ctx.param("id"), change,
                  now = app.clock().now()](store::Database& db) { return instances::patch_instance(db, actor, id, change, now); };
   auto patched = co_await app.store().write(std::move(effect));
