@@ -110,8 +110,19 @@ json::object instance_schemas(json::object& s) {
                                  {"price_per_hour", integer("Smallest currency unit per hour")},
                                  {"currency", str()}});
   s["DataDiskAttachment"] = object({{"id", str()}, {"mount_path", str()}}, {"id", "mount_path"});
-  s["Autostop"] = object({{"idle_minutes", with(integer(), "minimum", 1)},
-                          {"gpu_util_below_percent", with(with(integer(), "minimum", 0), "maximum", 100)}});
+  s["Autostop"] = object({{"idle_minutes", with(with(integer(), "minimum", 1), "maximum", 10080)},
+                          {"gpu_util_below_percent", with(with(with(integer(), "minimum", 1), "maximum", 100), "default", 5)}},
+                         {"idle_minutes"});
+  s["AutostopState"] = answer(
+      {{"idle_minutes", integer()},
+       {"gpu_util_below_percent", integer()},
+       {"applies_to", one_of({"gpu", "cpu"})},
+       {"idle_since", nullable(time("Every reading below the threshold since then"))},
+       {"busy_reason", nullable(str("Why it counts as busy: which GPU (or the CPU) was above the threshold, and when"))},
+       {"idle_reason", nullable(str("The latest idle reading"))},
+       {"stops_at", nullable(time("When autostop stops it if it stays idle"))}});
+  s["InstanceMonitoring"] = answer({{"gpu_metrics", boolean("Whether the series hold GPU readings")},
+                                    {"reason", nullable(str("Why not: simulated GPUs, no GPUs"))}});
   json::object instance_states = one_of({"creating", "starting", "running", "stopping", "stopped", "releasing", "released", "error"});
   return answer(
       {{"id", str("i-...")},
@@ -143,7 +154,11 @@ json::object instance_schemas(json::object& s) {
        {"ipv4", nullable(str("The container's address on the host"))},
        {"jupyter_url", nullable(str())},
        {"billing", ref("InstanceBilling")},
-       {"autostop", nullable_ref("Autostop")},
+       {"autostop", nullable_ref("AutostopState")},
+       {"stop_at", nullable(time("A one-off stop"))},
+       {"release_after_stopped_days", integer("Released after this many days stopped (the instance's or the platform's)")},
+       {"release_at", nullable(time("When this stopped instance will be released"))},
+       {"monitoring", ref("InstanceMonitoring")},
        {"spend_limit", nullable(integer("Stops when its compute charges reach this (smallest unit); an event at 80 %"))},
        {"created_at", time()},
        {"started_at", nullable(time())},
@@ -187,7 +202,9 @@ json::object instance_create_schema() {
        {"password", with(with(str("Root password"), "minLength", 8), "maxLength", 256)},
        {"billing", object({{"mode", with(one_of({"hourly", "weekly", "monthly"}), "default", "hourly")},
                            {"auto_renew", with(boolean(), "default", true)}})},
-       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: idle autostop is not available yet")},
+       {"autostop", nullable_ref("Autostop", "Stop after idle_minutes with every GPU (no-GPU, simulated: the CPU) below the threshold")},
+       {"stop_at", time("A one-off stop, in the future")},
+       {"release_after_stopped_days", with(with(integer("Default: [policy] release_stopped_after_days"), "minimum", 1), "maximum", 3650)},
        {"spend_limit", nullable(with(integer("Stop when its compute charges reach this (smallest unit)"), "minimum", 1))}},
       {"name"});
 }
@@ -197,11 +214,11 @@ json::object instance_update_schema() {
       {{"name", with(str(), "pattern", kNamePattern)},
        {"ports", ports_schema("Replaces the declared ports; kept ones keep their host port")},
        {"security_group", str("Your security group's id or name; applies to a running instance within 2 s")},
-       {"autostop", nullable_ref("Autostop", "Refused (invalid_argument) when set: not available yet")},
+       {"autostop", nullable_ref("Autostop", "null turns autostop off; a new rule starts the idle window again")},
        {"billing", with(object({{"auto_renew", boolean()}}), "additionalProperties", false)},
-       {"stop_at", time("Refused (invalid_argument) when set: scheduled stops are not available yet")},
+       {"stop_at", nullable(time("A one-off stop, in the future; null cancels it"))},
        {"release_after_stopped_days",
-        integer("Refused (invalid_argument) when set: automatic release is not available yet")},
+        nullable(with(with(integer("null: the platform's default"), "minimum", 1), "maximum", 3650))},
        {"spend_limit", nullable(with(integer("A new limit (warned about afresh at 80 %); null removes it"), "minimum", 1))}});
   s["additionalProperties"] = false;  // the handler refuses unknown fields
   return s;
@@ -454,6 +471,26 @@ json::object component_schemas() {
                              {"instances", nullable(with(integer(), "minimum", 0))},
                              {"disk_gib", nullable(with(integer(), "minimum", 0))},
                              {"images", nullable(with(integer(), "minimum", 0))}});
+  // Monitoring.
+  json::object point = with(array_of(json::object{{"oneOf", json::array{str("RFC 3339 time, the step's start"),
+                                                                           json::object{{"type", "number"}}}}},
+                                     "[time, value]"),
+                            "minItems", 2);
+  s["MetricSeries"] = answer({{"name", one_of({"cpu_percent", "memory_used_bytes", "gpu_util_percent", "gpu_memory_used_bytes"})},
+                              {"gpu", integer("The GPU's position in the instance (GPU series only)")},
+                              {"points", array_of(std::move(point))}});
+  s["InstanceMetrics"] = answer(
+      {{"instance", str("i-...")},
+       {"since", time()},
+       {"until", time()},
+       {"step", integer("Seconds per point")},
+       {"resolution", one_of({"raw", "1m"})},
+       {"cpu", integer("Cores of the instance")},
+       {"memory_limit_bytes", integer()},
+       {"gpus", array_of(json::object{{"type", "object"}})},
+       {"gpu_metrics", ref("InstanceMonitoring")},
+       {"series", array_of(ref("MetricSeries"))},
+       {"latest", json::object{{"type", "object"}, {"nullable", true}, {"description", "The newest reading, null when none"}}}});
   // Billing.
   json::object money = integer("In the currency's smallest unit (fen for CNY)");
   s["BillingAlert"] = answer({{"threshold", money}, {"webhook_url", nullable(str("Gets one POST per downward crossing"))}});
@@ -694,6 +731,12 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "PUT", .pattern = "/api/v1/admin/users/{id}/quota", .operation_id = "adminSetUserQuota", .status = 200,
        .response = "UserQuota", .request = "QuotaUpdate", .errors = {400, 404},
        .id_description = "The user's id or username"},
+      // monitoring
+      {.method = "GET", .pattern = "/api/v1/instances/{id}/metrics", .operation_id = "getInstanceMetrics", .status = 200,
+       .response = "InstanceMetrics", .errors = {400, 404},
+       .query = {{"since", "string", "RFC 3339 time, or a duration before now (\"6h\"); default until - 1h"},
+                 {"until", "string", "RFC 3339 time, or a duration before now; default now"},
+                 {"step", "string", "Seconds (\"60\") or a duration (\"1m\"); default about 720 points"}}},
       // billing
       {.method = "GET", .pattern = "/api/v1/billing/account", .operation_id = "getBillingAccount", .status = 200,
        .response = "BillingAccount"},
