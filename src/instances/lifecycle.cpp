@@ -302,7 +302,7 @@ asio::awaitable<Result<bool>> InstanceService::converge_once(const Instance& i) 
       if (!*current) return fail(ErrorCode::not_found, "instance vanished");
       if ((*current)->generation != i.generation) return true;
       Instance next = **current;
-      if (auto s = transition(db, **current, next, Transition{S::released, "", {}}, now); !s) return fail(s.error());
+      if (auto s = transition(db, **current, next, Transition{S::released, (*current)->state_reason, {}}, now); !s) return fail(s.error());
       return false;
     };
     auto released = co_await store_.write(std::move(record));
