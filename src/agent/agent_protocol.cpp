@@ -1,6 +1,8 @@
 #include "agent/agent_protocol.h"
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -41,7 +43,25 @@ class Fields {
     if (out < min || out > max) return bad(key, "out of range"), 0;
     return out;
   }
-  int int32(const char* key) { return static_cast<int>(int64(key, INT32_MIN, INT32_MAX)); }
+  int int32(const char* key, int min = INT32_MIN, int max = INT32_MAX) {
+    return static_cast<int>(int64(key, min, max));
+  }
+  // A number that may be null (a reading the agent could not take): present, null or a number.
+  std::optional<double> nullable_number(const char* key) {
+    const json::value* v = get(key);
+    if (!v || v->is_null()) return std::nullopt;
+    if (v->is_double()) return v->as_double();
+    if (v->is_int64()) return static_cast<double>(v->as_int64());
+    if (v->is_uint64()) return static_cast<double>(v->as_uint64());
+    return bad(key, "not a number or null"), std::nullopt;
+  }
+  std::optional<std::int64_t> nullable_int64(const char* key, std::int64_t min = INT64_MIN) {
+    const json::value* v = get(key);
+    if (!v || v->is_null()) return std::nullopt;
+    const std::int64_t out = int64(key, min);
+    if (!problem_.empty()) return std::nullopt;
+    return out;
+  }
   std::uint64_t uint64(const char* key) {
     const json::value* v = get(key);
     if (!v) return 0;
@@ -128,6 +148,88 @@ json::object to_json(const Command& c) {
 json::object to_json(const CommandOutcome& o) {
   return {{"command_id", o.command_id}, {"ok", o.ok},           {"error_code", o.error_code},
           {"error_detail", o.error_detail}, {"observed", o.observed}};
+}
+
+namespace {
+json::value nullable(const std::optional<double>& v) { return v ? json::value(*v) : json::value(nullptr); }
+json::value nullable(const std::optional<std::int64_t>& v) { return v ? json::value(*v) : json::value(nullptr); }
+
+json::object to_json(const GpuReading& g) {
+  return {{"index", g.index},
+          {"uuid", g.uuid},
+          {"util_percent", g.util_percent},
+          {"memory_used_bytes", g.memory_used_bytes},
+          {"memory_total_bytes", g.memory_total_bytes}};
+}
+
+json::array to_json(const std::vector<GpuReading>& readings) {
+  json::array out;
+  for (const auto& g : readings) out.push_back(to_json(g));
+  return out;
+}
+
+Result<GpuReading> gpu_reading_from_json(const json::value& v) {
+  Fields f(v, "gpu reading");
+  GpuReading g;
+  g.index = f.int32("index", 0);
+  g.uuid = f.str("uuid");
+  g.util_percent = f.int32("util_percent", 0, 100);
+  g.memory_used_bytes = f.int64("memory_used_bytes", 0);
+  g.memory_total_bytes = f.int64("memory_total_bytes", 0);
+  return f.finish(std::move(g));
+}
+
+// Each element of `key` read with `read`; the first bad one is named in `f`.
+template <class T, class Read>
+std::vector<T> read_array(Fields& f, const char* key, Read read) {
+  std::vector<T> out;
+  if (const auto* items = f.array(key)) {
+    for (const auto& item : *items) {
+      auto one = read(item);
+      if (!one) {
+        f.bad(key, one.error().detail);
+        break;
+      }
+      out.push_back(std::move(*one));
+    }
+  }
+  return out;
+}
+
+Result<InstanceSample> instance_sample_from_json(const json::value& v) {
+  Fields f(v, "instance sample");
+  InstanceSample s;
+  s.instance_id = f.str("instance_id");
+  s.cpu_percent = f.nullable_number("cpu_percent");
+  if (s.cpu_percent && !(*s.cpu_percent >= 0)) f.bad("cpu_percent", "out of range");  // NaN too
+  s.memory_used_bytes = f.nullable_int64("memory_used_bytes", 0);
+  s.memory_limit_bytes = f.int64("memory_limit_bytes", 0);
+  s.gpus = read_array<GpuReading>(f, "gpus", gpu_reading_from_json);
+  s.gpu_note = f.str("gpu_note");
+  return f.finish(std::move(s));
+}
+}  // namespace
+
+json::object to_json(const SampleReport& r) {
+  json::array instances;
+  for (const auto& i : r.instances) {
+    instances.push_back(json::object{{"instance_id", i.instance_id},
+                                     {"cpu_percent", nullable(i.cpu_percent)},
+                                     {"memory_used_bytes", nullable(i.memory_used_bytes)},
+                                     {"memory_limit_bytes", i.memory_limit_bytes},
+                                     {"gpus", to_json(i.gpus)},
+                                     {"gpu_note", i.gpu_note}});
+  }
+  return {{"host_name", r.host_name}, {"instances", std::move(instances)}, {"gpus", to_json(r.gpus)}};
+}
+
+Result<SampleReport> sample_report_from_json(const json::value& v) {
+  Fields f(v, "sample report");
+  SampleReport r;
+  r.host_name = f.str("host_name");
+  r.instances = read_array<InstanceSample>(f, "instances", instance_sample_from_json);
+  r.gpus = read_array<GpuReading>(f, "gpus", gpu_reading_from_json);
+  return f.finish(std::move(r));
 }
 
 Result<GpuInfo> gpu_info_from_json(const json::value& v) {

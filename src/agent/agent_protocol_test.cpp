@@ -104,5 +104,88 @@ TEST(AgentProtocolMalformed, TextThatIsNotJsonIsAnError) {
   EXPECT_TRUE(outcome->observed.at("running").as_bool());
 }
 
+
+SampleReport two_instance_report() {
+  SampleReport r;
+  r.host_name = "gpu-1";
+  r.gpus = {{0, "GPU-a", 97, 3LL << 30, 80LL << 30}, {1, "GPU-b", 0, 0, 80LL << 30}};
+  InstanceSample busy;
+  busy.instance_id = "i-busy";
+  busy.cpu_percent = 187.5;
+  busy.memory_used_bytes = 512LL << 20;
+  busy.memory_limit_bytes = 4LL << 30;
+  busy.gpus = {r.gpus[0]};
+  InstanceSample fresh;  // first reading: no rate yet, memory unreadable, simulated GPUs
+  fresh.instance_id = "i-fresh";
+  fresh.gpu_note = "simulated GPUs report no utilisation";
+  r.instances = {busy, fresh};
+  return r;
+}
+
+TEST(AgentProtocolSamples, ReportRoundTripsThroughText) {
+  const SampleReport sent = two_instance_report();
+  auto text = parse_message(json::serialize(to_json(sent)));
+  ASSERT_TRUE(text);
+  auto got = sample_report_from_json(*text);
+  ASSERT_TRUE(got) << got.error().detail;
+  EXPECT_EQ(got->host_name, "gpu-1");
+  ASSERT_EQ(got->gpus.size(), 2u);
+  EXPECT_EQ(got->gpus[0].uuid, "GPU-a");
+  EXPECT_EQ(got->gpus[0].util_percent, 97);
+  EXPECT_EQ(got->gpus[0].memory_used_bytes, 3LL << 30);
+  EXPECT_EQ(got->gpus[1].index, 1);
+  EXPECT_EQ(got->gpus[1].memory_total_bytes, 80LL << 30);
+  ASSERT_EQ(got->instances.size(), 2u);
+  const auto& busy = got->instances[0];
+  EXPECT_EQ(busy.instance_id, "i-busy");
+  ASSERT_TRUE(busy.cpu_percent);
+  EXPECT_DOUBLE_EQ(*busy.cpu_percent, 187.5);
+  EXPECT_EQ(busy.memory_used_bytes, std::optional<std::int64_t>(512LL << 20));
+  EXPECT_EQ(busy.memory_limit_bytes, 4LL << 30);
+  ASSERT_EQ(busy.gpus.size(), 1u);
+  EXPECT_EQ(busy.gpus[0].uuid, "GPU-a");
+  EXPECT_EQ(busy.gpu_note, "");
+  const auto& fresh = got->instances[1];
+  EXPECT_FALSE(fresh.cpu_percent);  // null stays null, not 0
+  EXPECT_FALSE(fresh.memory_used_bytes);
+  EXPECT_TRUE(fresh.gpus.empty());
+  EXPECT_EQ(fresh.gpu_note, "simulated GPUs report no utilisation");
+  // A whole number of percent comes back as a number too (JSON has no int/double split).
+  json::object whole = to_json(sent);
+  whole["instances"].as_array()[0].as_object()["cpu_percent"] = 100;
+  auto whole_back = sample_report_from_json(whole);
+  ASSERT_TRUE(whole_back);
+  EXPECT_DOUBLE_EQ(*whole_back->instances[0].cpu_percent, 100.0);
+}
+
+TEST(AgentProtocolMalformed, SampleReportsNameTheField) {
+  auto read = [](const json::value& v) { return sample_report_from_json(v); };
+  const json::object report = to_json(two_instance_report());
+  auto with_instance = [&](const char* key, json::value v) {
+    json::object r = report;
+    r["instances"].as_array()[0].as_object()[key] = std::move(v);
+    return r;
+  };
+  auto with_gpu = [&](const char* key, json::value v) {
+    json::object r = report;
+    r["gpus"].as_array()[0].as_object()[key] = std::move(v);
+    return r;
+  };
+  EXPECT_THAT(error_of(read, parsed("[]")), HasSubstr("sample report: not a JSON object"));
+  EXPECT_THAT(error_of(read, without(report, "host_name")), HasSubstr("host_name: missing"));
+  EXPECT_THAT(error_of(read, with(report, "instances", json::object{})), HasSubstr("instances: not an array"));
+  EXPECT_THAT(error_of(read, with(report, "instances", json::array{7})), HasSubstr("instances: agent protocol: malformed instance sample: not a JSON object"));
+  EXPECT_THAT(error_of(read, with_instance("cpu_percent", "high")), HasSubstr("cpu_percent: not a number or null"));
+  EXPECT_THAT(error_of(read, with_instance("cpu_percent", -3)), HasSubstr("cpu_percent: out of range"));
+  EXPECT_THAT(error_of(read, with_instance("memory_used_bytes", -1)), HasSubstr("memory_used_bytes: out of range"));
+  EXPECT_THAT(error_of(read, with_instance("memory_used_bytes", 1.5)), HasSubstr("memory_used_bytes: not an integer"));
+  EXPECT_THAT(error_of(read, with_instance("gpu_note", nullptr)), HasSubstr("gpu_note: not a string"));
+  EXPECT_THAT(error_of(read, with_gpu("util_percent", 101)), HasSubstr("gpus: agent protocol: malformed gpu reading: util_percent: out of range"));
+  EXPECT_THAT(error_of(read, with_gpu("uuid", 3)), HasSubstr("uuid: not a string"));
+  json::object no_rate = report;
+  no_rate["instances"].as_array()[0].as_object().erase("cpu_percent");
+  EXPECT_THAT(error_of(read, no_rate), HasSubstr("cpu_percent: missing"));
+}
+
 }  // namespace
 }  // namespace gpucloud::agent

@@ -253,6 +253,58 @@ void InstanceRuntime::register_handlers(LocalAgent& agent) {
   }
 }
 
+void InstanceRuntime::register_sample_source(LocalAgent& agent) {
+  agent.set_sample_source([this](std::vector<std::string> stale) { return sample_targets(std::move(stale)); });
+}
+
+awaitable<Result<std::vector<sampling::SampleTarget>>> InstanceRuntime::sample_targets(std::vector<std::string> stale) {
+  co_return co_await net::co_spawn(strand_, sample_targets_on_strand(std::move(stale)), use_awaitable);
+}
+
+awaitable<Result<std::vector<sampling::SampleTarget>>> InstanceRuntime::sample_targets_on_strand(
+    std::vector<std::string> stale) {
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  for (const auto& id : stale) sample_pids_.erase(id);
+  // Copied first: commands for these instances may run while the engine is asked below.
+  std::vector<sampling::SampleTarget> candidates;
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record || slot->record->desired.state != "running" || slot->record->container_id.empty()) continue;
+    const InstanceRecord& r = *slot->record;
+    sampling::SampleTarget t;
+    t.instance_id = id;
+    t.host_name = r.desired.host;
+    t.container_id = r.container_id;
+    t.gpu_uuids = r.desired.gpu_uuids;
+    t.gpus_simulated = r.desired.gpus_simulated;
+    t.memory_limit_bytes = r.desired.memory_gib * kGiB;
+    candidates.push_back(std::move(t));
+  }
+  std::map<std::string, int> known;
+  std::vector<sampling::SampleTarget> out;
+  bool engine_away = false;
+  for (auto& t : candidates) {
+    auto cached = sample_pids_.find(t.container_id);
+    if (cached != sample_pids_.end()) {
+      t.pid = cached->second;
+    } else {
+      if (engine_away) continue;
+      auto c = co_await driver_->inspect(t.container_id);
+      // The engine away: the instances whose pid is known are still sampled (cgroups need
+      // no engine); the others wait for the next round.
+      if (!c) {
+        engine_away = true;
+        continue;
+      }
+      if (!c->exists || !c->running || c->pid <= 0) continue;  // asked again next round
+      t.pid = c->pid;
+    }
+    known[t.container_id] = t.pid;
+    out.push_back(std::move(t));
+  }
+  sample_pids_ = std::move(known);  // containers gone or stopped are forgotten
+  co_return out;
+}
+
 awaitable<Result<CommandOutcome>> InstanceRuntime::handle(Command command) {
   // Every piece of this runtime's state is touched only on its strand.
   co_return co_await net::co_spawn(strand_, dispatch(std::move(command)), use_awaitable);

@@ -64,6 +64,7 @@
 #include "agent/agent_state.h"
 #include "agent/firewall/nftables.h"
 #include "agent/runtime/runtime_driver.h"
+#include "agent/sampling/sample_target.h"
 #include "core/result.h"
 
 namespace gpucloud::agent {
@@ -131,6 +132,16 @@ class InstanceRuntime {
   // Adds the instance.* handlers. The runtime must outlive the agent's use of them.
   void register_handlers(LocalAgent& agent);
 
+  // Makes this runtime the agent's sample source (sample_targets). The runtime must outlive
+  // the agent's use of it.
+  void register_sample_source(LocalAgent& agent);
+
+  // The sampler's view of every instance whose desired state is running and whose container
+  // the engine says runs: ids, host, the container's init pid, its GPUs and memory limit.
+  // Pids are remembered per container and asked of the engine only for a container not seen
+  // yet or named in `stale` (its cgroup could not be read with the pid given before).
+  boost::asio::awaitable<Result<std::vector<sampling::SampleTarget>>> sample_targets(std::vector<std::string> stale);
+
   // A login shell in the instance's running container, on a TTY of rows x cols.
   boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string instance_id, int rows,
                                                                                int cols);
@@ -170,6 +181,8 @@ class InstanceRuntime {
   boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> status();
+  boost::asio::awaitable<Result<std::vector<sampling::SampleTarget>>> sample_targets_on_strand(
+      std::vector<std::string> stale);
   // {"images": [REF...], "pull": [REF...]} → {"images": {REF: {"present", "id", "size_bytes",
   // "pulling", "pull_error"}}}; a missing image listed under "pull" is pulled in the background.
   boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
@@ -233,6 +246,7 @@ class InstanceRuntime {
   std::vector<std::string> load_problems_;
   std::unique_ptr<ImageSaver> images_;
   std::optional<SystemDiskLimit> system_disk_;  // nullopt until the engine answered
+  std::map<std::string, int> sample_pids_;      // container id -> its init's pid, for the sampler
   std::string storage_driver_;
 };
 

@@ -1,12 +1,22 @@
 #include "agent/local_agent.h"
 
-#include <thread>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <exception>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
 #include <spdlog/spdlog.h>
 
 #include "agent/gpu/nvml_library.h"
 #include "agent/gpu/simulated_inventory.h"
+#include "core/offload.h"
 
 namespace gpucloud::agent {
 namespace asio = boost::asio;
@@ -31,7 +41,22 @@ std::int64_t machine_memory_gib() {
 GpuInfo to_info(const gpu::GpuDevice& d) {
   return GpuInfo{d.index, d.uuid, d.model, d.memory_bytes, d.pci_bus_id, d.health, d.simulated};
 }
+
+std::string quoted_for_log(const std::string& text) { return boost::json::serialize(boost::json::string(text)); }
 }  // namespace
+
+struct LocalAgent::Sampling {
+  explicit Sampling(asio::any_io_executor loop) : timer(loop) {}
+  // Set by the agent's destructor: a round in flight then ends without touching the agent.
+  bool stopped = false;
+  LocalAgent* agent = nullptr;  // valid while !stopped
+  asio::steady_timer timer;
+  std::chrono::milliseconds interval{};
+  // Touched only by the round running on the sampling thread.
+  std::shared_ptr<sampling::InstanceSampler> sampler;
+  std::vector<std::string> stale;  // from the last round, for the source
+  std::string last_source_error;   // logged once per distinct error
+};
 
 std::vector<config::Host> LocalAgent::effective_hosts(const config::Config& config) {
   if (!config.hosts.empty()) return config.hosts;
@@ -45,7 +70,10 @@ std::vector<config::Host> LocalAgent::effective_hosts(const config::Config& conf
 
 LocalAgent::LocalAgent(asio::any_io_executor loop, const config::Config& config,
                        std::chrono::milliseconds heartbeat_interval)
-    : loop_(loop), heartbeat_interval_(heartbeat_interval), heartbeat_timer_(loop) {
+    : loop_(loop),
+      heartbeat_interval_(heartbeat_interval),
+      heartbeat_timer_(loop),
+      sample_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(config.monitoring.sample_interval)) {
   for (auto& host : effective_hosts(config)) {
     ServedHost served;
     if (host.uses_nvml()) {
@@ -60,7 +88,15 @@ LocalAgent::LocalAgent(asio::any_io_executor loop, const config::Config& config,
   }
 }
 
-LocalAgent::~LocalAgent() { heartbeat_timer_.cancel(); }
+LocalAgent::~LocalAgent() {
+  heartbeat_timer_.cancel();
+  if (sampling_) {
+    sampling_->stopped = true;
+    sampling_->timer.cancel();
+  }
+  // A round still reading on the sampling thread uses the hosts' inventories: wait for it.
+  sampling_thread_.join();
+}
 
 HostInventory LocalAgent::discover(ServedHost& host) {
   HostInventory inv;
@@ -90,7 +126,81 @@ asio::awaitable<Result<std::vector<HostInventory>>> LocalAgent::register_hosts()
   std::vector<HostInventory> out;
   for (auto& host : hosts_) out.push_back(discover(host));
   schedule_heartbeat();
+  start_sampling();
   co_return out;
+}
+
+void LocalAgent::start_sampling() {
+  if (sampling_ || !sample_sink_) return;
+  sampling_ = std::make_shared<Sampling>(loop_);
+  sampling_->agent = this;
+  sampling_->interval = std::max(sample_interval_, std::chrono::milliseconds(10));
+  sampling_->sampler = std::make_shared<sampling::InstanceSampler>(sampling::CgroupReader(sampling_proc_root_));
+  asio::co_spawn(loop_, sample_forever(sampling_), asio::detached);
+}
+
+std::vector<sampling::SampledHost> LocalAgent::sampled_hosts() const {
+  std::vector<sampling::SampledHost> out;
+  for (const auto& host : hosts_) {
+    out.push_back({host.config.name, host.inventory.get(), host.last.gpus, host.last.inventory_error});
+  }
+  return out;
+}
+
+asio::awaitable<void> LocalAgent::sample_forever(std::shared_ptr<Sampling> s) {
+  using Clock = std::chrono::steady_clock;
+  auto next = Clock::now() + s->interval;
+  for (;;) {
+    s->timer.expires_at(next);
+    boost::system::error_code ec;
+    co_await s->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (s->stopped) co_return;
+    try {
+      std::vector<sampling::SampleTarget> targets;
+      if (s->agent->sample_source_) {
+        auto source = s->agent->sample_source_;  // the agent may go while it runs
+        std::vector<std::string> stale = std::move(s->stale);
+        s->stale.clear();
+        auto asking = source(std::move(stale));
+        auto listed = co_await std::move(asking);
+        if (s->stopped) co_return;
+        if (listed) {
+          targets = std::move(*listed);
+          s->last_source_error.clear();
+        } else if (listed.error().detail != s->last_source_error) {
+          s->last_source_error = listed.error().detail;
+          spdlog::warn(R"({{"event":"sample_source_failed","error":{}}})", quoted_for_log(s->last_source_error));
+        }
+      }
+      auto round_job = [sampler = s->sampler, hosts = s->agent->sampled_hosts(),
+                        targets = std::move(targets)]() -> sampling::SamplingRound {
+        // Named, so `top -H` and the sampling bench can tell it apart.
+        thread_local bool named = (pthread_setname_np(pthread_self(), "gpucloud-sample"), true);
+        (void)named;
+        try {
+          return sampler->round(hosts, targets);
+        } catch (const std::exception& e) {
+          spdlog::error(R"({{"event":"sample_round_failed","error":{}}})", quoted_for_log(e.what()));
+          return {};
+        }
+      };
+      auto round = co_await offload<sampling::SamplingRound>(s->agent->sampling_thread_.get_executor(),
+                                                             std::move(round_job));
+      if (s->stopped) co_return;
+      s->stale = std::move(round.stale);
+      for (auto& report : round.reports) {
+        if (s->stopped || !s->agent->sample_sink_) break;
+        s->agent->sample_sink_(std::move(report));
+      }
+    } catch (const std::exception& e) {
+      spdlog::error(R"({{"event":"sample_round_failed","error":{}}})", quoted_for_log(e.what()));
+    }
+    if (s->stopped) co_return;
+    // Steady spacing; a round that overran its interval is followed one interval after it
+    // ended, so rounds never pile up.
+    next += s->interval;
+    if (const auto now = Clock::now(); next <= now) next = now + s->interval;
+  }
 }
 
 void LocalAgent::schedule_heartbeat() {

@@ -47,4 +47,13 @@ void LoopbackJsonAgent::on_heartbeat(std::function<void(Heartbeat)> sink) {
   });
 }
 
+void LoopbackJsonAgent::on_samples(std::function<void(SampleReport)> sink) {
+  inner_->on_samples([this, sink = std::move(sink)](SampleReport report) {
+    ++messages_;
+    auto text = through_text(to_json(report));
+    if (!text) return;
+    if (auto copy = sample_report_from_json(*text)) sink(std::move(*copy));
+  });
+}
+
 }  // namespace gpucloud::agent

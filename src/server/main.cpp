@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*runtime)->register_handlers(*local_agent);
+  (*runtime)->register_sample_source(*local_agent);  // the running instances the sampler reads
   // Data disks: each host's disk driver (started before the instance runtime re-attaches, so
   // the mounts of running instances are known when stale ones are cleaned).
   std::vector<agent::DiskRuntime::HostDriver> disk_hosts;

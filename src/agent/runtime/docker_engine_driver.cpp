@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -106,6 +107,7 @@ ContainerStatus parse_container(const json::value& v) {
   s.oom_killed = bool_at(state, "OOMKilled");
   s.started_at = engine_time(string_at(state, "StartedAt"));
   s.finished_at = engine_time(string_at(state, "FinishedAt"));
+  s.pid = s.running ? static_cast<int>(std::clamp<std::int64_t>(int_at(state, "Pid"), 0, INT32_MAX)) : 0;
   const auto* host = object_at(root, "HostConfig");
   s.nano_cpus = int_at(host, "NanoCpus");
   s.memory_bytes = int_at(host, "Memory");

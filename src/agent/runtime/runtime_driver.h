@@ -88,6 +88,7 @@ struct ContainerStatus {
   std::string ipv4;         // on the container's network
   std::int64_t nano_cpus = 0;
   std::int64_t memory_bytes = 0;
+  int pid = 0;  // the container's init on the host while it runs (State.Pid); 0 otherwise
 };
 
 struct NetworkSpec {
