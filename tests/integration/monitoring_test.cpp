@@ -1,12 +1,14 @@
-// Cost control end to end with --test-clock: a one-off stop_at and the release after N days
-// stopped fire at their times with their warnings first; bad input is a 400.
-// The tests that need the agent's sampler (autostop of a sleeping vs a busy instance, the
-// CPU series, retention) wait on branch monitoring-sampling-tests until the sampler lands.
+// Monitoring and cost control end to end with --test-clock: a one-off stop_at and the
+// release after N days stopped fire at their times with their warnings first; idle autostop
+// stops only the sleeping one of two CPU-only instances (the other runs a busy loop), after
+// exactly its window, warning first; a busy loop shows in the CPU series within two samples;
+// retention and downsampling hold under the test clock; a released instance's series go.
 #include <gtest/gtest.h>
 
 #include "core/time_format.h"
 #include "support/capabilities.h"
 #include "support/test_daemon.h"
+#include "support/wait.h"
 
 namespace gpucloud::testing {
 namespace {
@@ -68,15 +70,31 @@ std::vector<std::string> event_types(const TestDaemon& d, const std::string& id,
   auto r = d.get("/api/v1/events?limit=1000", token);
   EXPECT_EQ(r.status, 200) << r.body;
   json::value doc = r.json();
-  std::vector<std::string> out;
+  std::vector<std::pair<std::int64_t, std::string>> by_seq;
   for (const auto& e : doc.at("items").as_array())
-    if (e.at("resource") == json::value(id)) out.push_back(std::string(e.at("type").as_string()));
-  std::reverse(out.begin(), out.end());
+    if (e.at("resource") == json::value(id))
+      by_seq.emplace_back(e.at("seq").to_number<std::int64_t>(), std::string(e.at("type").as_string()));
+  std::sort(by_seq.begin(), by_seq.end());
+  std::vector<std::string> out;
+  for (auto& [seq, type] : by_seq) out.push_back(std::move(type));
   return out;
 }
 bool has_event(const std::vector<std::string>& types, const std::string& type) {
   return std::find(types.begin(), types.end(), type) != types.end();
 }
+std::ptrdiff_t index_of(const std::vector<std::string>& types, const std::string& type) {
+  auto it = std::find(types.begin(), types.end(), type);
+  return it == types.end() ? -1 : it - types.begin();
+}
+
+::testing::AssertionResult monitoring_wait(std::chrono::milliseconds timeout, const std::function<bool()>& condition) {
+  return wait_until(condition, timeout, "the monitoring condition");
+}
+
+std::string container_name_of(const TestDaemon& d, const std::string& instance_id) {
+  return "gpucloud-" + d.installation_id() + "-" + instance_id;
+}
+
 TEST(MonitoringTest, DOCKER_StopAtAndReleaseAfterStoppedFireAtTheirTimesWithWarnings) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(monitoring_options());
@@ -132,6 +150,132 @@ TEST(MonitoringTest, DOCKER_StopAtAndReleaseAfterStoppedFireAtTheirTimesWithWarn
   EXPECT_EQ(patch(d, "box", {{"release_after_stopped_days", 0}}, alice).status, 400);
   EXPECT_EQ(patch(d, "box", {{"stop_at", "tomorrow"}}, alice).status, 400);
   EXPECT_TRUE(instance_of(d, "box", alice).at("autostop").is_null());
+}
+
+TEST(MonitoringTest, DOCKER_AutostopStopsOnlyTheSleepingInstanceAfterExactlyItsWindow) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(monitoring_options());
+  d.start();
+  const std::string alice = d.register_and_login("mon-idle");
+  json::object autostop{{"idle_minutes", 12}, {"gpu_util_below_percent", 20}};
+  auto busy = d.post("/api/v1/instances", {{"name", "busy"}, {"gpu_count", 0}, {"autostop", autostop}}, alice);
+  auto idle = d.post("/api/v1/instances", {{"name", "sleepy"}, {"gpu_count", 0}, {"autostop", autostop}}, alice);
+  ASSERT_EQ(busy.status, 202) << busy.body;
+  ASSERT_EQ(idle.status, 202) << idle.body;
+  const std::string busy_id(busy.json().at("id").as_string()), idle_id(idle.json().at("id").as_string());
+  d.wait_for_state("busy", "running", alice);
+  d.wait_for_state("sleepy", "running", alice);
+  shell("docker exec -d " + container_name_of(d, busy_id) + " sh -c 'while :; do :; done'");
+  // Both judged: the busy one names its CPU, the sleeping one has an idle_since.
+  json::object busy_state, idle_state;
+  ASSERT_TRUE(monitoring_wait(std::chrono::seconds(30), [&] {
+    busy_state = instance_of(d, "busy", alice).at("autostop").as_object();
+    idle_state = instance_of(d, "sleepy", alice).at("autostop").as_object();
+    return busy_state.at("busy_reason").is_string() && !idle_state.at("idle_since").is_null();
+  })) << json::serialize(busy_state) << " / " << json::serialize(idle_state);
+  EXPECT_EQ(idle_state.at("applies_to"), "cpu");
+  EXPECT_NE(std::string(busy_state.at("busy_reason").as_string()).find("CPU at"), std::string::npos);
+  const SysTime idle_since = *parse_rfc3339(std::string(idle_state.at("idle_since").as_string()));
+  const SysTime now = clock_now(d);
+  const auto window = std::chrono::minutes(12);
+  // Up to the warning (2 minutes before, a sixth of 12): nothing yet.
+  advance_clock(d, std::chrono::duration_cast<seconds>(idle_since + window - std::chrono::minutes(2) - now).count() - 1);
+  EXPECT_FALSE(has_event(event_types(d, idle_id, alice), "instance.autostop_warning"));
+  advance_clock(d, 1);
+  EXPECT_TRUE(has_event(event_types(d, idle_id, alice), "instance.autostop_warning"));
+  EXPECT_EQ(instance_of(d, "sleepy", alice).at("state"), "running");
+  advance_clock(d, 120);
+  auto stopped = d.wait_for_state("sleepy", "stopped", alice);
+  EXPECT_EQ(stopped.at("state_reason"), "autostop");
+  EXPECT_EQ(stopped.at("stopped_at"), json::value(format_rfc3339(idle_since + window)));
+  auto types = event_types(d, idle_id, alice);
+  EXPECT_LT(index_of(types, "instance.autostop_warning"), index_of(types, "instance.autostop"));
+  EXPECT_EQ(instance_of(d, "busy", alice).at("state"), "running") << "a busy instance is never idle";
+  EXPECT_FALSE(has_event(event_types(d, busy_id, alice), "instance.autostop_warning"));
+}
+
+// The newest value of a named series, nullopt when it has no point.
+std::optional<double> last_value(const json::value& metrics, const std::string& name) {
+  for (const auto& s : metrics.at("series").as_array())
+    if (s.at("name") == json::value(name) && !s.at("points").as_array().empty())
+      return s.at("points").as_array().back().as_array()[1].to_number<double>();
+  return std::nullopt;
+}
+
+TEST(MonitoringTest, DOCKER_ABusyLoopShowsInTheCpuSeriesAndRetentionHoldsUnderTheTestClock) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(monitoring_options());
+  d.start();
+  const std::string alice = d.register_and_login("mon-series");
+  auto r = d.post("/api/v1/instances", {{"name", "loop"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, alice);
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id(r.json().at("id").as_string());
+  d.wait_for_state("loop", "running", alice);
+  // Simulated GPUs: no GPU series, and the answer says why.
+  json::value m;
+  ASSERT_TRUE(monitoring_wait(std::chrono::seconds(20), [&] {
+    m = d.get("/api/v1/instances/loop/metrics?since=10m&step=1", alice).json();
+    return last_value(m, "memory_used_bytes").has_value();
+  })) << json::serialize(m);
+  EXPECT_EQ(m.at("gpu_metrics").at("available"), false);
+  EXPECT_EQ(m.at("gpu_metrics").at("reason"), "simulated GPUs report no utilisation");
+  for (const auto& s : m.at("series").as_array()) EXPECT_NE(s.at("name"), "gpu_util_percent");
+  EXPECT_EQ(instance_of(d, "loop", alice).at("monitoring").at("gpu_metrics"), false);
+
+  // A busy loop: within two samples (1 s each, and the frozen clock's second keeps the newest).
+  shell("docker exec -d " + container_name_of(d, id) + " sh -c 'while :; do :; done'");
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(monitoring_wait(std::chrono::seconds(10), [&] {
+    auto latest = d.get("/api/v1/instances/loop/metrics?since=10m&step=1", alice).json().at("latest");
+    return latest.is_object() && latest.at("cpu_percent").is_number() && latest.at("cpu_percent").to_number<double>() > 50;
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(4)) << "more than two samples";
+  m = d.get("/api/v1/instances/loop/metrics?since=10m&step=1", alice).json();
+  EXPECT_GT(last_value(m, "cpu_percent").value_or(0), 50) << json::serialize(m);
+  EXPECT_EQ(m.at("resolution"), "raw");
+
+  // Downsampling and retention on the test clock: after 2 minutes the first minute has its
+  // average; after a day its raw rows are gone but the average answers; after 8 days not.
+  const SysTime t0 = clock_now(d);
+  const std::string since = format_rfc3339(std::chrono::floor<std::chrono::minutes>(t0));
+  advance_clock(d, 120);
+  auto wait_round = [&] {
+    const SysTime now = clock_now(d);
+    return monitoring_wait(std::chrono::seconds(10), [&] {
+      auto latest = d.get("/api/v1/instances/loop/metrics?since=1m&step=60", alice).json().at("latest");
+      return latest.is_object() && *parse_rfc3339(std::string(latest.at("at").as_string())) >= std::chrono::floor<seconds>(now);
+    });
+  };
+  ASSERT_TRUE(wait_round());
+  advance_clock(d, 86400);
+  ASSERT_TRUE(wait_round());
+  auto old = d.get("/api/v1/instances/loop/metrics?since=" + since + "&until=" +
+                       format_rfc3339(std::chrono::floor<std::chrono::minutes>(t0) + std::chrono::minutes(1)) + "&step=60",
+                   alice);
+  ASSERT_EQ(old.status, 200) << old.body;
+  EXPECT_EQ(old.json().at("resolution"), "1m");
+  EXPECT_GT(last_value(old.json(), "cpu_percent").value_or(0), 50) << old.body;
+  auto raw_gone = d.get("/api/v1/instances/loop/metrics?since=25h&until=23h&step=1", alice);
+  ASSERT_EQ(raw_gone.status, 200) << raw_gone.body;
+  advance_clock(d, 7 * 86400);
+  ASSERT_TRUE(wait_round());
+  auto expired = d.get("/api/v1/instances/loop/metrics?since=" + since + "&until=" +
+                           format_rfc3339(std::chrono::floor<std::chrono::minutes>(t0) + std::chrono::minutes(1)) + "&step=60",
+                       alice);
+  EXPECT_FALSE(last_value(expired.json(), "cpu_percent").has_value()) << expired.body;
+
+  // Another user's instance is not found; a released instance's series go with it.
+  const std::string bob = d.register_and_login("mon-bob");
+  EXPECT_EQ(d.get("/api/v1/instances/" + id + "/metrics", bob).status, 404);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/loop", "", alice).status, 202);
+  d.wait_for_state("loop", "released", alice);
+  auto after = d.get("/api/v1/instances/" + id + "/metrics?since=1h&step=1", alice);
+  if (after.status == 200) {
+    EXPECT_FALSE(last_value(after.json(), "cpu_percent").has_value()) << after.body;
+    EXPECT_FALSE(last_value(after.json(), "memory_used_bytes").has_value()) << after.body;
+  } else {
+    EXPECT_EQ(after.status, 404);
+  }
 }
 
 }  // namespace
