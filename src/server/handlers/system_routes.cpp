@@ -1,10 +1,9 @@
 // GET /healthz, GET /metrics, GET /api/v1/openapi.json.
 #include <boost/json.hpp>
 
+#include "monitoring/platform_metrics.h"
 #include "server/app.h"
 #include "server/openapi.h"
-
-#include <boost/json.hpp>
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -18,10 +17,18 @@ asio::awaitable<Result<Response>> healthz(RequestContext&) {
   co_return Response{200, "application/json", body, {}, {}, {}};
 }
 
+// The HTTP front's own counters, then the platform's gauges: the store's totals read on the
+// reader pool (one read transaction), the newest samples from memory.
 asio::awaitable<Result<Response>> metrics(RequestContext& ctx) {
   ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", "Platform-clock timers waiting to fire.",
                               static_cast<double>(ctx.app.clock().pending_timers()));
-  co_return Response{200, "text/plain; version=0.0.4", ctx.app.metrics().render(), {}, {}, {}};
+  auto totals = co_await ctx.app.store().read(
+      [](store::Database& db) { return monitoring::read_platform_totals(db); });
+  if (!totals) co_return tl::unexpected(totals.error());
+  std::string body = ctx.app.metrics().render();
+  body += monitoring::render_platform_metrics(*totals, ctx.app.monitoring().latest(), std::chrono::steady_clock::now(),
+                                              ctx.app.config().currency);
+  co_return Response{200, "text/plain; version=0.0.4", std::move(body), {}, {}, {}};
 }
 
 asio::awaitable<Result<Response>> openapi(RequestContext& ctx) {
