@@ -286,7 +286,7 @@ TEST_F(LifecycleTest, StopDuringARefreshIsNotUndoneByIt) {
   ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
   agent_->hold_ensures = true;
   act([&](store::Database& db) -> Result<Instance> {
-    auto p = patch_instance(db, alice(), id, PatchRequest{std::nullopt, std::vector<PortSpec>{{22, "tcp"}, {8888, "tcp"}}, std::nullopt, std::nullopt}, clock_->now());
+    auto p = patch_instance(db, alice(), id, PatchRequest{.ports = std::vector<PortSpec>{{22, "tcp"}, {8888, "tcp"}}}, clock_->now());
     if (!p) return fail(p.error());
     return p->instance;
   });
@@ -364,7 +364,7 @@ TEST_F(LifecycleTest, PortsChangedWhileStoppedReachTheAgent) {
   service_->kick(id);
   ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
   auto patched = store_->write_now([&](store::Database& db) {
-    return patch_instance(db, alice(), id, PatchRequest{std::nullopt, std::vector<PortSpec>{{8888, "tcp"}}, std::nullopt, std::nullopt}, clock_->now());
+    return patch_instance(db, alice(), id, PatchRequest{.ports = std::vector<PortSpec>{{8888, "tcp"}}}, clock_->now());
   });
   ASSERT_TRUE(patched) << patched.error().detail;
   ASSERT_TRUE(patched->engine_follows);

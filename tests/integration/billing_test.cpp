@@ -311,7 +311,9 @@ TEST(BillingTest, DOCKER_SLOW_AMonthOfATypicalUserIsExplainedByItsStatements) {
       if (l.at("kind") == "charge") by_kind[std::string(l.at("resource_kind").as_string())] += -l.at("amount").as_int64();
     }
     EXPECT_EQ(doc.at("opening_balance").as_int64() + sum, doc.at("closing_balance").as_int64()) << month;
-    if (month != first_month) EXPECT_EQ(doc.at("opening_balance").as_int64(), previous_closing);
+    if (month != first_month) {
+      EXPECT_EQ(doc.at("opening_balance").as_int64(), previous_closing);
+    }
     previous_closing = doc.at("closing_balance").as_int64();
     lines_total += sum;
   }
