@@ -152,6 +152,10 @@ Result<json::value> ApiClient::put(std::string_view path, const json::value& bod
   return call("PUT", path, &body, {}, {});
 }
 
+Result<json::value> ApiClient::patch(std::string_view path, const json::value& body) {
+  return call("PATCH", path, &body, {}, {});
+}
+
 Result<json::value> ApiClient::del(std::string_view path) {
   return call("DELETE", path, nullptr, {}, {});
 }

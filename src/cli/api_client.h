@@ -38,6 +38,7 @@ class ApiClient {
                                   const Headers& headers = {},
                                   std::chrono::milliseconds timeout = {});
   Result<boost::json::value> put(std::string_view path, const boost::json::value& body);
+  Result<boost::json::value> patch(std::string_view path, const boost::json::value& body);
   Result<boost::json::value> del(std::string_view path);
 
   // GET of a collection, following `next_cursor` so tables show everything; the answer is

@@ -164,6 +164,8 @@ int run_cli(const std::vector<std::string>& args, Deps& deps) {
   add_auth_commands(app, registry);
   add_market_commands(app, registry);
   add_instance_commands(app, registry);
+  add_set_command(app, registry);
+  add_top_command(app, registry);
   add_key_commands(app, registry);
   add_disk_commands(app, registry);
   add_admin_commands(app, registry);

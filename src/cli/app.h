@@ -52,6 +52,11 @@ struct Deps {
   std::function<std::unique_ptr<HttpTransport>(const Endpoint&)> connect;
   std::function<bool()> stdin_is_tty;
   std::function<bool()> stderr_is_tty;
+  std::function<bool()> stdout_is_tty;
+  // Live views (`top`) end cleanly on Ctrl-C: after trap_interrupt, SIGINT sets a flag that
+  // `interrupted` reports instead of ending the process. Empty: never interrupted.
+  std::function<void()> trap_interrupt;
+  std::function<bool()> interrupted;
   // Prompts on the terminal and reads one line (echo off when `secret`); nullopt on EOF.
   std::function<std::optional<std::string>(const std::string& prompt, bool secret)> prompt;
   std::function<void(std::chrono::milliseconds)> sleep;
@@ -89,6 +94,7 @@ class Context {
   std::ostream& err() { return *deps_.err; }
   bool stdin_is_tty() const { return deps_.stdin_is_tty && deps_.stdin_is_tty(); }
   bool stderr_is_tty() const { return deps_.stderr_is_tty && deps_.stderr_is_tty(); }
+  bool stdout_is_tty() const { return deps_.stdout_is_tty && deps_.stdout_is_tty(); }
 
   Expected<std::filesystem::path> config_file();
   Expected<CliConfig> stored_config();

@@ -15,6 +15,8 @@ namespace gpucloud::cli {
 void add_auth_commands(CLI::App& app, Registry& registry);
 void add_market_commands(CLI::App& app, Registry& registry);
 void add_instance_commands(CLI::App& app, Registry& registry);
+void add_top_command(CLI::App& app, Registry& registry);  // top NAME: live GPU/CPU/memory
+void add_set_command(CLI::App& app, Registry& registry);  // set NAME: PATCH /instances/{id}
 void add_key_commands(CLI::App& app, Registry& registry);
 void add_disk_commands(CLI::App& app, Registry& registry);     // disk ..., snapshot ...
 void add_admin_commands(CLI::App& app, Registry& registry);
@@ -27,6 +29,10 @@ void add_billing_commands(CLI::App& app, Registry& registry);
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);
 std::string render_instances(const boost::json::value& instances, bool show_owner);
+// An instance as `show` prints it (--json: the API's document), its group named by a lookup.
+void print_instance(Context& ctx, ApiClient& api, const boost::json::value& instance);
+// One frame of `gpucloud top`: the instance (GET /instances/{id}) and its metrics answer.
+std::string render_top_frame(const boost::json::value& instance, const boost::json::value& metrics);
 std::string render_hosts(const boost::json::value& hosts);
 std::string render_security_groups(const boost::json::value& groups);
 // A group's fields, rules table and the instances using it (`instance_names`: id → name,

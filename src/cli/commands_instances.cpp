@@ -336,6 +336,17 @@ std::string render_instances(const json::value& instances, bool show_owner) {
   return table.render();
 }
 
+void print_instance(Context& ctx, ApiClient& api, const json::value& inst) {
+  ctx.print(inst, [&] {
+    // The group's name makes "not allowed by sg web" readable; its id does when it cannot be had.
+    std::string group_name;
+    if (const auto* sg = member(inst, "security_group"); sg && sg->is_string() && !sg->get_string().empty()) {
+      if (auto group = api.get("/security-groups" + seg(sg->get_string()))) group_name = text(*group, "name", "");
+    }
+    ctx.out() << render_instance(inst, group_name);
+  });
+}
+
 namespace {
 
 Outcome do_ls(Context& ctx, bool all) {
@@ -348,14 +359,7 @@ Outcome do_ls(Context& ctx, bool all) {
 Outcome do_show(Context& ctx, const std::string& name) {
   GC_TRY(api, ctx.api());
   GC_TRY(inst, ctx.check((*api)->get("/instances" + seg(name))));
-  ctx.print(*inst, [&] {
-    // The group's name makes "not allowed by sg web" readable; its id does when it cannot be had.
-    std::string group_name;
-    if (const auto* sg = member(*inst, "security_group"); sg && sg->is_string() && !sg->get_string().empty()) {
-      if (auto group = (*api)->get("/security-groups" + seg(sg->get_string()))) group_name = text(*group, "name", "");
-    }
-    ctx.out() << render_instance(*inst, group_name);
-  });
+  print_instance(ctx, **api, *inst);
   return {};
 }
 

@@ -55,6 +55,28 @@ Expected<std::string> check_mount_path(std::string_view flag, std::string_view v
 
 }  // namespace
 
+Expected<json::array> build_port_list(const std::vector<std::string>& flags) {
+  // The API's forms: a number is tcp, "53/udp" names the protocol.
+  json::array ports{22};
+  std::set<std::pair<std::int64_t, std::string>> seen{{22, "tcp"}};
+  for (const auto& p : flags) {
+    const auto slash = p.find('/');
+    const std::string protocol = slash == std::string::npos ? "tcp" : p.substr(slash + 1);
+    auto port = parse_int(std::string_view(p).substr(0, slash), 1, 65535);
+    if (!port || (protocol != "tcp" && protocol != "udp")) {
+      return usage_error(fmt::format("--port {}: expected PORT or PORT/udp, a port number 1-65535", p));
+    }
+    if (!seen.insert({*port, protocol}).second) continue;
+    if (protocol == "tcp") {
+      ports.push_back(*port);
+    } else {
+      ports.push_back(json::string(fmt::format("{}/udp", *port)));
+    }
+  }
+  if (ports.size() > 10) return usage_error("at most 10 ports (22 included)");
+  return ports;
+}
+
 Expected<GpuSpec> parse_gpu_spec(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return usage_error(fmt::format("--gpu \"{}\": {}; expected MODEL:COUNT, e.g. \"RTX 4090:1\"",
@@ -136,25 +158,9 @@ Expected<json::object> build_instance_body(const InstanceArgs& a,
   }
 
   if (!a.ports.empty()) {
-    // The API's forms: a number is tcp, "53/udp" names the protocol.
-    json::array ports{22};
-    std::set<std::pair<std::int64_t, std::string>> seen{{22, "tcp"}};
-    for (const auto& p : a.ports) {
-      const auto slash = p.find('/');
-      const std::string protocol = slash == std::string::npos ? "tcp" : p.substr(slash + 1);
-      auto port = parse_int(std::string_view(p).substr(0, slash), 1, 65535);
-      if (!port || (protocol != "tcp" && protocol != "udp")) {
-        return usage_error(fmt::format("--port {}: expected PORT or PORT/udp, a port number 1-65535", p));
-      }
-      if (!seen.insert({*port, protocol}).second) continue;
-      if (protocol == "tcp") {
-        ports.push_back(*port);
-      } else {
-        ports.push_back(json::string(fmt::format("{}/udp", *port)));
-      }
-    }
-    if (ports.size() > 10) return usage_error("at most 10 ports (22 included)");
-    body["ports"] = std::move(ports);
+    auto ports = build_port_list(a.ports);
+    if (!ports) return tl::unexpected(std::move(ports.error()));
+    body["ports"] = std::move(*ports);
   }
 
   if (!a.keys.empty()) {

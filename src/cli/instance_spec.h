@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
 #include "cli/app.h"
@@ -42,6 +43,10 @@ struct GpuSpec {
 
 // "RTX 4090:1" → {RTX 4090, 1}. The count is required.
 Expected<GpuSpec> parse_gpu_spec(std::string_view text);
+
+// --port values (8888, 53/udp) → the API's `ports` list: 22 first, then each port once;
+// at most 10 in all. Bad syntax is a usage error naming the value.
+Expected<boost::json::array> build_port_list(const std::vector<std::string>& port_flags);
 
 // Declares the shared flags on `create` / `estimate`.
 void add_instance_flags(CLI::App& command, InstanceArgs& args, bool for_create);

@@ -21,6 +21,18 @@ namespace {
 
 struct termios g_saved_termios;
 volatile sig_atomic_t g_echo_off = 0;
+volatile sig_atomic_t g_interrupted = 0;
+
+void note_interrupt(int) { g_interrupted = 1; }
+
+// SA_RESTART: a request in flight when Ctrl-C comes finishes; the view then ends.
+void trap_sigint() {
+  struct sigaction handler {};
+  handler.sa_handler = note_interrupt;
+  sigemptyset(&handler.sa_mask);
+  handler.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &handler, nullptr);
+}
 
 void restore_echo_and_reraise(int sig) {
   if (g_echo_off) ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &g_saved_termios);
@@ -99,6 +111,9 @@ Deps system_deps() {
   };
   deps.stdin_is_tty = [] { return ::isatty(STDIN_FILENO) == 1; };
   deps.stderr_is_tty = [] { return ::isatty(STDERR_FILENO) == 1; };
+  deps.stdout_is_tty = [] { return ::isatty(STDOUT_FILENO) == 1; };
+  deps.trap_interrupt = trap_sigint;
+  deps.interrupted = [] { return g_interrupted != 0; };
   deps.prompt = terminal_prompt;
   deps.sleep = [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); };
   deps.now = [] { return std::chrono::steady_clock::now(); };
