@@ -137,7 +137,7 @@ std::string render_platform_metrics(const PlatformTotals& t, const LatestReading
     f.sample(label("state", "ok"), static_cast<double>(t.billing_accounts - t.billing_accounts_in_arrears));
   }
   {
-    Family f(out, "gpucloud_billing_balance_sum", "gauge",
+    Family f(out, "gpucloud_billing_accounts_balance", "gauge",
              fmt::format("Sum of every account's balance, in the smallest unit of {}.", currency));
     f.sample("", static_cast<double>(t.billing_balance_sum));
   }

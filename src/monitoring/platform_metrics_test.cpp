@@ -115,7 +115,7 @@ INSERT INTO instances (id, owner, name, state, zone, gpu_count, cpu, memory_gib,
   has("gpucloud_gpus{host=\"node-1\",model=\"RTX 4090\",simulated=\"true\",state=\"free\"} 2");
   has("gpucloud_billing_accounts{state=\"ok\"} 1");
   has("gpucloud_billing_accounts{state=\"in_arrears\"} 1");
-  has("gpucloud_billing_balance_sum 1480");
+  has("gpucloud_billing_accounts_balance 1480");
   has("gpucloud_host_sample_age_seconds{host=\"node-1\"} 3");
   has("gpucloud_host_gpu_utilization_ratio{host=\"node-1\",gpu=\"0\",uuid=\"GPU-real-1\",model=\"A100\"} 0.4");
   const std::string labels = "instance_id=\"i-1\",name=\"train \\\"1\\\"\",user=\"alice\",host=\"node-1\"";

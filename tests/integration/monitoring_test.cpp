@@ -3,6 +3,8 @@
 // stops only the sleeping one of two CPU-only instances (the other runs a busy loop), after
 // exactly its window, warning first; a busy loop shows in the CPU series within two samples;
 // retention and downsampling hold under the test clock; a released instance's series go.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "core/time_format.h"
@@ -276,6 +278,69 @@ TEST(MonitoringTest, DOCKER_ABusyLoopShowsInTheCpuSeriesAndRetentionHoldsUnderTh
   } else {
     EXPECT_EQ(after.status, 404);
   }
+}
+
+// /metrics with a running instance: its CPU and memory gauges from the newest sample, the
+// instance and GPU counts by state (the simulated GPU labelled so), billing totals, and the
+// whole text passes `promtool check metrics`.
+TEST(MonitoringTest, DOCKER_PrometheusShowsTheRunningInstanceAndPassesPromtool) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon d(monitoring_options());
+  d.start();
+  const std::string alice = d.register_and_login("mon-prom");
+  auto r = d.post("/api/v1/instances", {{"name", "prom"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}}, alice);
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id(r.json().at("id").as_string());
+  d.wait_for_state("prom", "running", alice);
+  std::string text;
+  const std::string labels = "instance_id=\"" + id + "\",name=\"prom\",user=\"mon-prom\",host=\"node-1\"";
+  ASSERT_TRUE(monitoring_wait(std::chrono::seconds(20), [&] {
+    text = d.get("/metrics").body;
+    return text.find("gpucloud_instance_cpu_usage_ratio{" + labels + "}") != std::string::npos;
+  })) << text;
+  EXPECT_NE(text.find("gpucloud_instance_memory_used_bytes{" + labels + "}"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpucloud_instances{state=\"running\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpucloud_gpus{host=\"node-1\",model=\"RTX 4090\",simulated=\"true\",state=\"used\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpucloud_billing_accounts{state=\"ok\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("gpucloud_instance_gpu_utilization_ratio{"), std::string::npos)
+      << "a simulated GPU has no utilisation to show: nothing is invented";
+
+  const std::string promtool = shell("command -v promtool");
+  if (promtool.empty()) {
+    if (std::getenv("CI")) FAIL() << "promtool (Debian package prometheus) is missing (CI is set, so this fails)";
+    GTEST_SKIP() << "promtool (Debian package prometheus) is missing: skipped (it fails when CI is set)";
+  }
+  const std::string path = d.dir() + "/metrics-with-instance.txt";
+  std::ofstream(path) << text;
+  const std::string check = shell("promtool check metrics < " + path + " 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(check.find("exit=0"), std::string::npos) << check << "\n--- /metrics:\n" << text;
+
+  // The Grafana dashboard under docs/ asks only for metric families /metrics has.
+  std::ifstream dashboard_file(GPUCLOUD_SOURCE_DIR "/docs/grafana/gpucloud-dashboard.json");
+  ASSERT_TRUE(dashboard_file) << "docs/grafana/gpucloud-dashboard.json";
+  const std::string dashboard((std::istreambuf_iterator<char>(dashboard_file)), std::istreambuf_iterator<char>());
+  std::size_t names = 0;
+  for (std::size_t at = dashboard.find("gpucloud_"); at != std::string::npos; at = dashboard.find("gpucloud_", at + 1)) {
+    if (at > 0 && (std::isalnum(static_cast<unsigned char>(dashboard[at - 1])) || dashboard[at - 1] == '-')) continue;
+    std::size_t end = at;
+    while (end < dashboard.size() && (std::isalnum(static_cast<unsigned char>(dashboard[end])) || dashboard[end] == '_')) ++end;
+    std::string name = dashboard.substr(at, end - at);
+    if (name.ends_with("_bucket")) name.resize(name.size() - 7);
+    ++names;
+    EXPECT_NE(text.find("# TYPE " + name + " "), std::string::npos) << "the dashboard asks for " << name;
+  }
+  EXPECT_GT(names, 10u);
+
+  // Stopped: its gauges go with the next scrape (the store says it is no longer running).
+  ASSERT_EQ(d.post("/api/v1/instances/prom/stop", json::object{}, alice).status, 202);
+  d.wait_for_state("prom", "stopped", alice);
+  text = d.get("/metrics").body;
+  EXPECT_EQ(text.find("instance_id=\"" + id + "\""), std::string::npos) << text;
+  EXPECT_NE(text.find("gpucloud_gpus{host=\"node-1\",model=\"RTX 4090\",simulated=\"true\",state=\"free\"} 1\n"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
