@@ -629,8 +629,43 @@ awaitable<Status> InstanceRuntime::apply_firewall() {
   // The snapshot is taken now, on the strand; the single firewall thread applies snapshots
   // in the order they were taken, so the last one applied is the newest.
   auto ports = published_ports();
-  auto job = [this, ports = std::move(ports)]() -> Status { return firewall_.apply(ports); };
+  auto job = [this, ports = std::move(ports)]() -> Status {
+    return options_.apply_ports ? options_.apply_ports(ports) : firewall_.apply(ports);
+  };
   co_return co_await offload<Status>(firewall_thread_.get_executor(), std::move(job));
+}
+
+bool InstanceRuntime::only_ports_differ(const InstanceSpec& recorded, const InstanceSpec& desired) {
+  // Published only while running; a stopped instance's ports are in no table.
+  if (recorded.state != "running" || desired.state != "running") return false;
+  json::object a = to_json(recorded), b = to_json(desired);
+  if (a == b) return false;  // nothing changed: the full ensure (it repairs what drifted)
+  a.erase("ports");
+  b.erase("ports");
+  return a == b;
+}
+
+awaitable<Status> InstanceRuntime::apply_ports_change(Instance& slot, InstanceSpec spec, std::int64_t generation) {
+  if (auto s = check_ports_free(spec); !s) co_return s;
+  const InstanceRecord old = *slot.record;
+  InstanceRecord updated = old;
+  updated.desired = std::move(spec);
+  updated.generation = std::max(updated.generation, generation);
+  // Taken in memory at once (no suspension since the check), so no other instance's ensure
+  // can claim these host ports meanwhile; the file follows.
+  slot.record = updated;
+  if (auto s = co_await save_record(updated); !s) {
+    slot.record = old;
+    co_return s;
+  }
+  if (auto s = co_await apply_firewall(); !s) {
+    // nft applies a whole file or nothing: the table still holds the old record's rules.
+    co_await restore_record(slot, old);
+    co_return s;
+  }
+  spdlog::info(R"({{"event":"instance_ports_applied","instance":"{}","generation":{}}})", old.desired.instance_id,
+               updated.generation);
+  co_return ok();
 }
 
 awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
@@ -797,6 +832,15 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   // Fenced before anything is touched: an older command (a retry that lost a race, a
   // reordered delivery) must not undo what a newer one did.
   if (auto s = co_await check_fence(slot, id, *generation); !s) co_return fail(std::move(s.error()));
+
+  // 0. Only the published ports or their sources changed (a security-group change, ports
+  //    added to a running instance): the table needs nothing from the engine, so it is
+  //    applied first, from the saved record, and holds even while the engine is away. The
+  //    steps below still run and may fail at the engine; the new rules stay either way.
+  const bool firewall_first = slot.record && only_ports_differ(slot.record->desired, spec);
+  if (firewall_first) {
+    if (auto s = co_await apply_ports_change(slot, spec, *generation); !s) co_return fail(std::move(s.error()));
+  }
 
   if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
 
@@ -989,7 +1033,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       container.running = false;
       container.state = "created";
     }
-    bool published = false;
+    bool published = firewall_first;  // step 0 applied this record's table already
     if (spec.state == "running" && !container.running) {
       // 7 (early). The table is applied while the engine starts the container: its rules name
       // the instance's fixed address, so publishing a moment before sshd listens only means

@@ -9,6 +9,11 @@
 //   instance.remove        desired: {"instance_id"}; the container (forced), ports, config,
 //                          record; the address returns to the pool
 //
+// A running instance whose ports or sources alone change (a security-group change) gets its
+// table applied first, from the agent's saved record, before any engine call: the rule change
+// holds even while the engine is down (the command then fails at the engine, the new rules
+// stay).
+//
 // Both take an optional "generation" (integer, the control plane's version of the instance's
 // desired state). The record keeps the highest applied; a command carrying an older one is
 // refused with `conflict` ("stale command: ...") before anything changes, also after the
@@ -93,6 +98,9 @@ class InstanceRuntime {
     int max_system_image_layers = default_max_system_image_layers();
     // Tests: sees each state-directory write, on the thread that makes it.
     std::function<void(const std::string&)> state_write_observer;
+    // Tests: applies the table in place of nftables (called on the firewall thread with
+    // every running instance's ports). Unset: NftablesFirewall::apply.
+    std::function<Status(const std::vector<firewall::PublishedPort>&)> apply_ports;
   };
   static int default_max_system_image_layers();
 
@@ -203,6 +211,12 @@ class InstanceRuntime {
   boost::asio::awaitable<Result<std::string>> allocate_ip(std::string instance_id,
                                                           std::string preferred);
   boost::asio::awaitable<Status> apply_firewall();
+  // Whether `desired` differs from `recorded` in its ports (or their sources) only, both
+  // running: what instance.ensure applies to the table before it asks the engine anything.
+  static bool only_ports_differ(const InstanceSpec& recorded, const InstanceSpec& desired);
+  // Saves `spec` (and the generation) into the instance's record and applies the table; on a
+  // failure the record is as before. No engine call.
+  boost::asio::awaitable<Status> apply_ports_change(Instance& slot, InstanceSpec spec, std::int64_t generation);
   boost::asio::awaitable<std::string> read_host_key(std::string container_id,
                                                     std::chrono::milliseconds wait);
   // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms).

@@ -2,6 +2,7 @@
 #include "agent/instance_runtime.h"
 
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include <boost/asio.hpp>
@@ -137,6 +138,151 @@ TEST_F(InstanceRuntimeFence, AGenerationMustBeANonNegativeInteger) {
     const auto outcome = execute("instance.ensure", d);
     EXPECT_EQ(outcome.error_code, "invalid_argument") << json::serialize(bad) << ": " << outcome.error_detail;
   }
+}
+
+// A running instance i1 (tcp 30022 → 22 from 0.0.0.0/0, generation 5) recorded in the state
+// directory, an engine that is down, and the table's applies captured instead of nftables.
+class InstanceRuntimeFirewallFirst : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gpucloud-fwfirst-" + random_hex(10));
+    AgentStateStore store((dir_ / "state").string());
+    InstanceRecord record;
+    record.desired = spec_json_to_spec(desired({"0.0.0.0/0"}, 5));
+    record.ipv4 = "10.200.0.2";
+    record.generation = 5;
+    ASSERT_TRUE(store.save_instance(record));
+
+    DockerEngineDriver::Options options;
+    options.engine.socket_path = (dir_ / "no-engine.sock").string();
+    options.engine.timeout = std::chrono::milliseconds(2000);
+    auto driver = std::make_unique<DockerEngineDriver>(io_.get_executor(), options);
+    InstanceRuntime::Options runtime_options;
+    runtime_options.apply_ports = [this](const std::vector<firewall::PublishedPort>& ports) -> Status {
+      std::lock_guard lock(mutex_);
+      applied_.push_back(ports);
+      return ok();
+    };
+    runtime_ = std::make_unique<InstanceRuntime>(io_.get_executor(), "fwfirst", (dir_ / "state").string(),
+                                                 std::move(driver), "", "gpucloud-fwfirst-unused", runtime_options);
+    agent_ = std::make_unique<LocalAgent>(io_.get_executor(), one_host_config());
+    runtime_->register_handlers(*agent_);
+  }
+  void TearDown() override {
+    agent_.reset();
+    runtime_.reset();
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  static json::object desired(std::vector<std::string> allowed, std::int64_t generation, double cpu = 1) {
+    json::array sources;
+    for (auto& a : allowed) sources.emplace_back(a);
+    json::array ports{json::object{
+        {"container_port", 22}, {"host_port", 30022}, {"protocol", "tcp"}, {"allowed", std::move(sources)}}};
+    return json::object{{"instance_id", "i1"}, {"name", "box"},    {"state", "running"},
+                        {"image", "img"},      {"cpu", cpu},       {"memory_gib", 1},
+                        {"ports", std::move(ports)}, {"generation", generation}};
+  }
+  static InstanceSpec spec_json_to_spec(const json::object& d) {
+    auto spec = instance_spec_from_json(d);
+    EXPECT_TRUE(spec) << spec.error().detail;
+    return spec ? *spec : InstanceSpec{};
+  }
+  CommandOutcome execute(json::object d) {
+    Command c{"c-" + random_hex(8), "test-host", "instance.ensure", std::move(d)};
+    auto outcome = run(io_, agent_->execute(std::move(c)));
+    EXPECT_TRUE(outcome);
+    return outcome ? *outcome : CommandOutcome{};
+  }
+  // The sources of tcp/30022 in the last table applied ("-" when none was applied or the
+  // port was not in it).
+  std::string last_sources() {
+    std::lock_guard lock(mutex_);
+    if (applied_.empty()) return "-";
+    for (const auto& p : applied_.back()) {
+      if (p.host_port != 30022 || p.protocol != "tcp") continue;
+      std::string out;
+      for (const auto& a : p.allowed) out += (out.empty() ? "" : ",") + a.cidr;
+      return out;
+    }
+    return "-";
+  }
+  bool ever_applied(const std::string& sources) {
+    std::lock_guard lock(mutex_);
+    for (const auto& table : applied_)
+      for (const auto& p : table) {
+        std::string out;
+        for (const auto& a : p.allowed) out += (out.empty() ? "" : ",") + a.cidr;
+        if (out == sources) return true;
+      }
+    return false;
+  }
+  InstanceRecord saved_record() {
+    std::vector<std::string> problems;
+    auto records = AgentStateStore((dir_ / "state").string()).load_instances(&problems);
+    EXPECT_TRUE(records && records->size() == 1);
+    return records && !records->empty() ? records->front() : InstanceRecord{};
+  }
+
+  fs::path dir_;
+  net::io_context io_;
+  std::mutex mutex_;
+  std::vector<std::vector<firewall::PublishedPort>> applied_;
+  std::unique_ptr<InstanceRuntime> runtime_;
+  std::unique_ptr<LocalAgent> agent_;
+};
+
+TEST_F(InstanceRuntimeFirewallFirst, ASourcesChangeIsAppliedWhileTheEngineIsDown) {
+  const auto outcome = execute(desired({"203.0.113.0/24", "198.51.100.7/32"}, 6));
+  // The engine steps fail (nothing answers on the socket) ...
+  EXPECT_FALSE(outcome.ok);
+  EXPECT_EQ(outcome.error_code, "unavailable") << outcome.error_detail;
+  // ... but the table was applied with the new sources, and is not taken back.
+  EXPECT_EQ(last_sources(), "203.0.113.0/24,198.51.100.7/32");
+  const auto record = saved_record();
+  EXPECT_EQ(record.generation, 6);
+  ASSERT_EQ(record.desired.ports.size(), 1u);
+  EXPECT_EQ(record.desired.ports[0].allowed, (std::vector<std::string>{"203.0.113.0/24", "198.51.100.7/32"}));
+  EXPECT_EQ(record.ipv4, "10.200.0.2");
+
+  // The next change too; an older command cannot bring the previous sources back.
+  EXPECT_EQ(execute(desired({}, 7)).error_code, "unavailable");
+  EXPECT_EQ(last_sources(), "");
+  const auto stale = execute(desired({"0.0.0.0/0"}, 6));
+  EXPECT_EQ(stale.error_code, "conflict") << stale.error_detail;
+  EXPECT_EQ(last_sources(), "");
+}
+
+TEST_F(InstanceRuntimeFirewallFirst, PortsChangedWithAnythingElseWaitForTheEngine) {
+  // Another CPU count needs the container: the whole ensure, which stops at the engine.
+  const auto outcome = execute(desired({"203.0.113.0/24"}, 6, 2));
+  EXPECT_EQ(outcome.error_code, "unavailable") << outcome.error_detail;
+  EXPECT_FALSE(ever_applied("203.0.113.0/24"));
+  EXPECT_EQ(saved_record().generation, 5);
+  EXPECT_EQ(saved_record().desired.ports[0].allowed, std::vector<std::string>{"0.0.0.0/0"});
+}
+
+TEST_F(InstanceRuntimeFirewallFirst, AFailedApplyKeepsTheOldRecord) {
+  agent_.reset();
+  runtime_.reset();
+  // nft refusing: the record stays as it was and the command says why.
+  DockerEngineDriver::Options options;
+  options.engine.socket_path = (dir_ / "no-engine.sock").string();
+  InstanceRuntime::Options runtime_options;
+  runtime_options.apply_ports = [](const std::vector<firewall::PublishedPort>&) -> Status {
+    return fail(ErrorCode::internal, "nft -f failed (exit 1): test");
+  };
+  runtime_ = std::make_unique<InstanceRuntime>(io_.get_executor(), "fwfirst", (dir_ / "state").string(),
+                                               std::make_unique<DockerEngineDriver>(io_.get_executor(), options), "",
+                                               "gpucloud-fwfirst-unused", runtime_options);
+  agent_ = std::make_unique<LocalAgent>(io_.get_executor(), one_host_config());
+  runtime_->register_handlers(*agent_);
+  const auto outcome = execute(desired({"203.0.113.0/24"}, 6));
+  EXPECT_EQ(outcome.error_code, "internal") << outcome.error_detail;
+  EXPECT_NE(outcome.error_detail.find("nft -f failed"), std::string::npos) << outcome.error_detail;
+  EXPECT_EQ(saved_record().generation, 5);
+  EXPECT_EQ(saved_record().desired.ports[0].allowed, std::vector<std::string>{"0.0.0.0/0"});
 }
 
 TEST(InstanceRecordJson, KeepsTheGenerationAndReadsOldRecordsAsZero) {
