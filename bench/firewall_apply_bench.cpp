@@ -2,15 +2,16 @@
 //
 // Each simulated instance declares three ports (tcp 22, tcp 8888, udp 5353) on its own host
 // ports, and its group allows tcp/22 from 0.0.0.0/0, tcp/8888 from three CIDRs and udp/5353
-// from one: 3 published ports and 5 sources per instance, which port_rules.h renders as 12 nft
-// rules (a DNAT in prerouting and in output, an accept and a drop in forward, per port). For each size the table is
-// rendered with port_rules.h (render_ruleset) and applied with nftables.h (NftablesFirewall,
-// `nft -f -`, one atomic transaction), then applied again with one instance's 8888 rule
-// changed (what a PUT /security-groups/{id} costs the agent: the whole table is replaced),
-// then removed. Median of R repetitions.
+// from one: 3 published ports and 5 sources per instance. port_rules.h renders them as set and
+// map elements (a DNAT map entry and a published-port entry per port, an address per
+// instance, a source entry per port and CIDR: 12 per instance) under a fixed number of rules.
+// For each size the table is rendered with port_rules.h (render_ruleset) and applied with
+// nftables.h (NftablesFirewall, `nft -f -`, one atomic transaction), then applied again with
+// one instance's 8888 rule changed (what a PUT /security-groups/{id} costs the agent: the
+// whole table is replaced), then removed. Median of R repetitions.
 //
 // Where it runs: the process first moves into a network namespace of its own
-// (unshare(CLONE_NEWNET)), so the 30,000 DNAT rules of the largest set, which match real host
+// (unshare(CLONE_NEWNET)), so the 30,000 DNAT entries of the largest set, which match real host
 // ports, never meet the host's traffic (other tests' daemons, the lead's instances) and
 // nothing outlives the process, whatever happens to it. nft, the sysctls and the table are
 // then those of the private namespace; it has no DOCKER-USER chain, so no iptables call is
@@ -25,6 +26,9 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -67,8 +71,29 @@ std::vector<PublishedPort> rule_sets(int instances, int changed = -1) {
   return ports;
 }
 
+// The script's rules (lines of a chain, its type line excepted) and set/map elements.
+std::pair<int, int> rules_and_elements(const std::string& script) {
+  int rules = 0, elements = 0;
+  bool in_chain = false, in_elements = false;
+  std::size_t start = 0;
+  while (start < script.size()) {
+    std::size_t end = script.find('\n', start);
+    if (end == std::string::npos) end = script.size();
+    const std::string_view line(script.data() + start, end - start);
+    start = end + 1;
+    if (line.starts_with("  chain ")) in_chain = true;
+    else if (line == "  }") in_chain = false;
+    else if (line == "    elements = {") in_elements = true;
+    else if (line == "    }") in_elements = false;
+    else if (in_elements) ++elements;
+    else if (in_chain && !line.starts_with("    type ")) ++rules;
+  }
+  return {rules, elements};
+}
+
 struct Row {
   int instances = 0;
+  int rules = 0, elements = 0;
   std::size_t script_bytes = 0;
   double render_ms = 0, apply_ms = 0, update_ms = 0, remove_ms = 0;
 };
@@ -85,9 +110,8 @@ int main() {
     return 2;
   }
   const std::string table = fmt::format("gpucloud-bench-{}", ::getpid());
-  std::printf("%-10s %7s %7s %9s %10s %10s %10s %10s %10s %14s\n", "instances", "ports", "sources", "nft_rules",
-              "script_KiB", "render_ms",
-              "apply_ms", "update_ms", "remove_ms", "update_us/inst");
+  std::printf("%-10s %7s %7s %6s %9s %10s %10s %10s %10s %10s %14s\n", "instances", "ports", "sources", "rules",
+              "elements", "script_KiB", "render_ms", "apply_ms", "update_ms", "remove_ms", "update_us/inst");
   std::vector<Row> rows;
   for (const int instances : {100, 1000, 10000}) {
     const int repetitions = instances >= 10000 ? 3 : 5;
@@ -107,6 +131,7 @@ int main() {
         return 2;
       }
       row.script_bytes = script->size();
+      std::tie(row.rules, row.elements) = rules_and_elements(*script);
       // A step that fails (nft's own time limit in NftablesFirewall, 15 s) ends this size.
       auto step = [&](const char* what, std::vector<double>& times, auto&& call) {
         if (!failed.empty()) return;
@@ -135,8 +160,8 @@ int main() {
       }
     }
     if (!failed.empty()) {
-      std::printf("%-10d %7d %7d %9d %10.0f %10.1f  %s\n", instances, instances * 3, instances * 5, instances * 12,
-                  static_cast<double>(row.script_bytes) / 1024, median(render), failed.c_str());
+      std::printf("%-10d %7d %7d %6d %9d %10.0f %10.1f  %s\n", instances, instances * 3, instances * 5, row.rules,
+                  row.elements, static_cast<double>(row.script_bytes) / 1024, median(render), failed.c_str());
       std::fflush(stdout);
       continue;
     }
@@ -145,9 +170,9 @@ int main() {
     row.update_ms = median(update);
     row.remove_ms = median(remove);
     rows.push_back(row);
-    std::printf("%-10d %7d %7d %9d %10.0f %10.1f %10.1f %10.1f %10.1f %14.1f\n", row.instances, row.instances * 3,
-                row.instances * 5, row.instances * 12, static_cast<double>(row.script_bytes) / 1024, row.render_ms, row.apply_ms,
-                row.update_ms, row.remove_ms, 1000 * row.update_ms / row.instances);
+    std::printf("%-10d %7d %7d %6d %9d %10.0f %10.1f %10.1f %10.1f %10.1f %14.1f\n", row.instances, row.instances * 3,
+                row.instances * 5, row.rules, row.elements, static_cast<double>(row.script_bytes) / 1024, row.render_ms,
+                row.apply_ms, row.update_ms, row.remove_ms, 1000 * row.update_ms / row.instances);
     std::fflush(stdout);
   }
   if (rows.size() < 3) {

@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <random>
@@ -45,8 +46,15 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include "agent/agent_state.h"
 #include "agent/firewall/nftables.h"
 #include "agent/firewall/port_rules.h"
+#include "agent/instance_runtime.h"
+#include "agent/runtime/docker_engine_driver.h"
 #include "support/capabilities.h"
 #include "support/netns_client.h"
 #include "support/test_resources.h"
@@ -519,9 +527,10 @@ TEST_P(NftablesFirewallTest, ROOT_ApplyIsIdempotentAndLeavesOtherTablesAlone) {
   auto second = firewall_->current();
   ASSERT_TRUE(second);
   EXPECT_EQ(*first, *second);
-  EXPECT_NE(first->find("dnat to " + backend_ip_ + ":" + std::to_string(kBackendTcpPort)),
-            std::string::npos)
+  // The DNAT target is an element of the `published` map (nft lists "tcp . PORT ... : IP . PORT").
+  EXPECT_NE(first->find(" : " + backend_ip_ + " . " + std::to_string(kBackendTcpPort)), std::string::npos)
       << *first;
+  EXPECT_NE(first->find("dnat ip to meta l4proto . th dport map @published"), std::string::npos) << *first;
   if (docker_user_chain_exists()) {
     EXPECT_EQ(docker_user_rules(), 1);
   }
@@ -534,6 +543,120 @@ TEST_P(NftablesFirewallTest, ROOT_ApplyIsIdempotentAndLeavesOtherTablesAlone) {
   EXPECT_EQ(sh("cat /proc/sys/net/ipv4/conf/all/route_localnet").second, "1\n");
   EXPECT_EQ(sh("cat /proc/sys/net/ipv4/ip_forward").second, "1\n");
   EXPECT_TRUE(client_reaches());
+}
+
+// A replace is one transaction: while the table is rewritten again and again (each time with
+// other sources for ~400 more ports of this test's block, so each apply takes a while), an
+// allowed client keeps connecting at every moment and a blocked port never answers.
+TEST_P(NftablesFirewallTest, ROOT_NoHoleWhileTheTableIsReplaced) {
+  auto table = [&](int round) {
+    auto p = ports({client_ip_ + "/32"});
+    p[1].allowed = {SourceRule{"192.0.2.0/24"}};  // the UDP port: blocked for the client
+    for (int port = tcp_host_port_ + 2; port < tcp_host_port_ + gpucloud::testing::kPortBlockSize; ++port) {
+      for (const char* proto : {"tcp", "udp"}) {
+        PublishedPort filler{"i-fill-" + id_, port, backend_ip_, 9, proto, {}};
+        for (int i = 0; i < 10; ++i) {
+          filler.allowed.push_back(SourceRule{"198.51." + std::to_string(100 + round % 2) + "." +
+                                              std::to_string(i * 20 + port % 20) + "/32"});
+        }
+        p.push_back(std::move(filler));
+      }
+    }
+    return p;
+  };
+  ASSERT_TRUE(firewall_->apply(table(0)));
+  ASSERT_TRUE(client_reaches());
+
+  std::atomic<bool> done{false};
+  std::atomic<int> reached{0}, missed{0}, leaked{0};
+  std::thread prober([&] {
+    while (!done) {
+      // Well under TCP's 1 s SYN retransmission: a SYN lost in a hole shows as a miss.
+      if (is_http_ok(http_get(client_ns_, host_ip_, tcp_host_port_, 900ms), marker_)) ++reached;
+      else ++missed;
+      if (udp_echo(client_ns_, host_ip_, udp_host_port_, 50ms, marker_)) ++leaked;
+    }
+  });
+  const auto start = Clock::now();
+  int applies = 0;
+  for (int round = 1; round <= 30 || Clock::now() - start < 2s; ++round) {
+    auto applied = firewall_->apply(table(round));
+    EXPECT_TRUE(applied) << applied.error().detail;
+    ++applies;
+  }
+  done = true;
+  prober.join();
+  EXPECT_EQ(missed, 0) << reached << " connections got through during " << applies << " replaces";
+  EXPECT_EQ(leaked, 0);
+  EXPECT_GE(reached, 10);
+}
+
+// The agent applies a sources change from its saved record while the Docker Engine is down:
+// InstanceRuntime on an engine socket nobody answers, its table this test's, the instance's
+// address this test's backend. The command fails at the engine; the client's traffic
+// follows the new rules all the same.
+TEST_P(NftablesFirewallTest, ROOT_ASourcesChangeReachesTrafficWhileTheEngineIsDown) {
+  namespace json = boost::json;
+  using gpucloud::agent::AgentStateStore;
+  using gpucloud::agent::Command;
+  using gpucloud::agent::InstanceRecord;
+  const std::string dir = "/tmp/gpucloud-fwfirst-" + id_;
+  auto desired = [&](std::vector<std::string> allowed, std::int64_t generation) {
+    json::array sources;
+    for (auto& a : allowed) sources.emplace_back(a);
+    json::array published{json::object{{"container_port", kBackendTcpPort},
+                                       {"host_port", tcp_host_port_},
+                                       {"protocol", "tcp"},
+                                       {"allowed", std::move(sources)}}};
+    return json::object{{"instance_id", "i-fw-" + id_}, {"name", "box"}, {"state", "running"},
+                        {"image", "img"}, {"cpu", 1}, {"memory_gib", 1},
+                        {"ports", std::move(published)}, {"generation", generation}};
+  };
+  {
+    InstanceRecord record;
+    auto spec = gpucloud::agent::instance_spec_from_json(desired({"192.0.2.0/24"}, 1));
+    ASSERT_TRUE(spec) << spec.error().detail;
+    record.desired = *spec;
+    record.ipv4 = backend_ip_;
+    record.generation = 1;
+    ASSERT_TRUE(AgentStateStore(dir + "/state").save_instance(record));
+  }
+  apply({"192.0.2.0/24"});  // what the agent applied before the engine went away
+  ASSERT_TRUE(client_blocked());
+
+  boost::asio::io_context io;
+  gpucloud::agent::DockerEngineDriver::Options engine;
+  engine.engine.socket_path = dir + "/no-engine.sock";
+  auto runtime = std::make_unique<gpucloud::agent::InstanceRuntime>(
+      io.get_executor(), "fwfirst" + id_, dir + "/state",
+      std::make_unique<gpucloud::agent::DockerEngineDriver>(io.get_executor(), engine), "", table_);
+  auto ensure = [&](json::object d) {
+    std::optional<gpucloud::Result<gpucloud::agent::CommandOutcome>> out;
+    Command command{"c-" + random_hex(8), "h", "instance.ensure", std::move(d)};
+    boost::asio::co_spawn(io, runtime->handle(std::move(command)),
+                          [&](std::exception_ptr e, gpucloud::Result<gpucloud::agent::CommandOutcome> result) {
+      if (e) std::rethrow_exception(e);
+      out.emplace(std::move(result));
+    });
+    io.restart();
+    io.run();
+    return std::move(*out);
+  };
+
+  auto opened = ensure(desired({client_ip_ + "/32"}, 2));
+  ASSERT_FALSE(opened);
+  EXPECT_EQ(opened.error().code, ErrorCode::unavailable) << opened.error().detail;
+  EXPECT_TRUE(client_reaches());
+
+  auto closed = ensure(desired({}, 3));
+  ASSERT_FALSE(closed);
+  EXPECT_EQ(closed.error().code, ErrorCode::unavailable) << closed.error().detail;
+  EXPECT_TRUE(client_blocked());
+  EXPECT_TRUE(host_reaches("127.0.0.1"));
+
+  runtime.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 // Where Docker's FORWARD policy drops, our DOCKER-USER rule is what lets allowed traffic in;

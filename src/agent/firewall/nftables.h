@@ -6,10 +6,10 @@
 //
 // Docker hosts: the engine sets the FORWARD policy to DROP and accepts only what it published
 // itself. In netfilter an `accept` in one base chain ends only that chain: the packet still
-// meets every later base chain on the hook, and a `drop` in any of them is final. So our
-// forward chain (priority -1) accepting a connection is not enough; iptables' FORWARD
+// meets every later base chain (and hook), and a `drop` in any of them is final. So our
+// sources chain (prerouting) accepting a connection is not enough; iptables' FORWARD
 // (priority 0) would drop it. The cleanest fix that keeps every per-port decision in our own
-// atomically replaced table: our forward chain sets a conntrack mark bit
+// atomically replaced table: our sources chain sets a conntrack mark bit
 // (kAllowedConnmark) on each connection it allows, and one static rule in Docker's
 // DOCKER-USER chain (the engine's documented place for user rules, which it never flushes)
 // accepts connections carrying the bit:

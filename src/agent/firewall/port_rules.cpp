@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -107,7 +108,7 @@ bool is_unicast_host(std::uint32_t a) {
 }
 
 // The sources of one port, reduced to what nft needs: nullopt for "everyone", otherwise the
-// sorted CIDRs none of which contains another (an interval set refuses overlaps).
+// sorted CIDRs none of which contains another (one set element each, no duplicates).
 std::optional<std::vector<Cidr>> reduce_sources(const std::vector<SourceRule>& allowed) {
   std::vector<Cidr> cidrs;
   for (const auto& rule : allowed) cidrs.push_back(*parse_cidr(rule.cidr, false));
@@ -209,14 +210,83 @@ Result<std::string> render_ruleset(const std::string& table_name,
   std::set<std::uint32_t> container_ips;
   for (const auto* p : ports) container_ips.insert(*parse_ipv4(p->container_ip));
 
+  // Sources, one set per prefix length: a hash set keyed by the port and the source's network
+  // (the source address masked to that length). A concatenated interval set would hold them
+  // all in one, but the kernel's pipapo set inserts in time growing with its size (quadratic
+  // in all: 40,000 elements took 4 s), while hash inserts stay constant. At most 33 sets, so
+  // the chain's rule count is bounded whatever the number of ports.
+  std::vector<std::string> open_ports;                      // "tcp . 30022" (0.0.0.0/0)
+  // 32..1 → "tcp . 30022 . 10.0.0.0", in the ports' order (sorted above).
+  std::map<int, std::vector<std::string>, std::greater<>> by_prefix;
+  for (const auto* p : ports) {
+    const std::string key = p->protocol + " . " + std::to_string(p->host_port);
+    const auto sources = reduce_sources(p->allowed);
+    if (!sources) {
+      open_ports.push_back(key);
+      continue;
+    }
+    for (const auto& c : *sources) by_prefix[c.prefix].push_back(key + " . " + format_ipv4(c.address));
+  }
+
   char mark[16];
   std::snprintf(mark, sizeof mark, "0x%08x", kAllowedConnmark);
+  const std::string allowed_verdict = " ct mark set ct mark or " + std::string(mark) + " accept\n";
   const std::string t = "table ip " + table_name;
   std::string s;
+  s.reserve(256 + ports.size() * 120);
+  // Declared (so the delete succeeds the first time), deleted and defined again in one
+  // transaction: packets see the old table until nft commits, then the new one, never
+  // neither. Not "flush table": that keeps the sets' elements.
   s += "# gpucloud published ports: generated, replaced whole on every change.\n";
   s += t + " {}\n";
-  s += "flush " + t + "\n";
+  s += "delete " + t + "\n";
   s += t + " {\n";
+
+  // The per-port data lives in sets and maps (one element per port or source); the chains
+  // below have a fixed number of rules, so nft's work grows linearly with the ports.
+  auto elements = [&s](const std::vector<std::string>& items) {
+    if (items.empty()) return;
+    s += "    elements = {\n";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      s += "      " + items[i] + (i + 1 < items.size() ? ",\n" : "\n");
+    }
+    s += "    }\n";
+  };
+  std::vector<std::string> items;
+  // (protocol, host port) → (container address, container port): the DNAT targets.
+  s += "  map published {\n";
+  s += "    type inet_proto . inet_service : ipv4_addr . inet_service\n";
+  for (const auto* p : ports) {
+    items.push_back(p->protocol + " . " + std::to_string(p->host_port) + " comment \"" + p->instance_id +
+                    "\" : " + p->container_ip + " . " + std::to_string(p->container_port));
+  }
+  elements(items);
+  s += "  }\n";
+  // The same keys as a set: what the sources chain guards.
+  items.clear();
+  for (const auto* p : ports) items.push_back(p->protocol + " . " + std::to_string(p->host_port));
+  s += "  set published_ports {\n";
+  s += "    type inet_proto . inet_service\n";
+  elements(items);
+  s += "  }\n";
+  items.clear();
+  for (auto ip : container_ips) items.push_back(format_ipv4(ip));
+  s += "  set container_ips {\n";
+  s += "    type ipv4_addr\n";
+  elements(items);
+  s += "  }\n";
+  if (!open_ports.empty()) {
+    s += "  set allow_any {\n";
+    s += "    type inet_proto . inet_service\n";
+    elements(open_ports);
+    s += "  }\n";
+  }
+  for (const auto& [prefix, sources] : by_prefix) {
+    s += "  set allow_" + std::to_string(prefix) + " {\n";
+    s += "    type inet_proto . inet_service . ipv4_addr\n";
+    elements(sources);
+    s += "  }\n";
+  }
 
   // route_localnet=1 (needed to DNAT the host's own 127.0.0.1 connections) would also let
   // other hosts send to 127.0.0.0/8 on our interfaces; drop those before conntrack and NAT,
@@ -226,63 +296,45 @@ Result<std::string> render_ruleset(const std::string& table_name,
   s += "    iif != \"lo\" ip daddr 127.0.0.0/8 drop\n";
   s += "  }\n";
 
-  // Before Docker's own nat chains (priority -100): the first DNAT of a connection wins.
+  // Sources are checked on the first packet of a connection arriving for a published host
+  // port, after conntrack (-200) and before our DNAT (-101), on the port the client asked for.
+  // Connections the host makes itself never pass the prerouting hook (their DNAT is in
+  // `output`). An accept here does not end the packet's way (later base chains, Docker's
+  // FORWARD among them, still run), so allowed connections are also marked for the
+  // DOCKER-USER rule that nftables.cpp keeps; a drop here is final. Established connections
+  // keep going: a rule change applies to new ones.
+  s += "  chain sources {\n";
+  s += "    type filter hook prerouting priority -110; policy accept;\n";
+  s += "    ct state != new accept\n";
+  s += "    meta l4proto . th dport != @published_ports accept\n";
   // Only connections to the host's own addresses: a container's outbound connection to some
-  // remote host's port 30022 must not be captured.
-  auto dnat_rule = [](const PublishedPort& p) {
-    return "    fib daddr type local " + p.protocol + " dport " + std::to_string(p.host_port) +
-           " dnat to " + p.container_ip + ":" + std::to_string(p.container_port) +
-           " comment \"" + p.instance_id + "\"\n";
-  };
+  // remote host's port 30022 is not ours to check.
+  s += "    fib daddr type != local accept\n";
+  if (!open_ports.empty()) s += "    meta l4proto . th dport @allow_any" + allowed_verdict;
+  for (const auto& [prefix, sources] : by_prefix) {
+    s += "    meta l4proto . th dport . ip saddr ";
+    if (prefix < 32) s += "& " + format_ipv4(mask_of(prefix)) + " ";
+    s += "@allow_" + std::to_string(prefix) + allowed_verdict;
+  }
+  s += "    drop\n";
+  s += "  }\n";
+
+  // Before Docker's own nat chains (priority -100): the first DNAT of a connection wins.
+  // Only connections to the host's own addresses, as above.
+  const std::string dnat = "    fib daddr type local dnat ip to meta l4proto . th dport map @published\n";
   s += "  chain prerouting {\n";
   s += "    type nat hook prerouting priority -101; policy accept;\n";
-  for (const auto* p : ports) s += dnat_rule(*p);
+  s += dnat;
   s += "  }\n";
   // The host's own connections (127.0.0.1 and every local address).
   s += "  chain output {\n";
   s += "    type nat hook output priority -101; policy accept;\n";
-  for (const auto* p : ports) s += dnat_rule(*p);
+  s += dnat;
   s += "  }\n";
   // A packet from 127.0.0.1 cannot leave the host: give it the outgoing interface's address.
   s += "  chain postrouting {\n";
   s += "    type nat hook postrouting priority 99; policy accept;\n";
-  if (!container_ips.empty()) {
-    s += "    ip saddr 127.0.0.0/8 ip daddr { ";
-    bool first = true;
-    for (auto ip : container_ips) {
-      s += (first ? "" : ", ") + format_ipv4(ip);
-      first = false;
-    }
-    s += " } ct status dnat masquerade\n";
-  }
-  s += "  }\n";
-  // Sources are checked on forwarded traffic, on the connection's original (host) port, before
-  // Docker's filter chains (priority 0). An accept here does not end the packet's way through
-  // the hook (later base chains still run), so allowed connections are also marked for the
-  // DOCKER-USER rule that nftables.cpp keeps; a drop here is final.
-  s += "  chain forward {\n";
-  s += "    type filter hook forward priority -1; policy accept;\n";
-  s += "    ct state established,related accept\n";
-  for (const auto* p : ports) {
-    const std::string match = "ip daddr " + p->container_ip + " meta l4proto " + p->protocol +
-                              " th dport " + std::to_string(p->container_port) +
-                              " ct status dnat ct original proto-dst " +
-                              std::to_string(p->host_port);
-    const std::string comment = " comment \"" + p->instance_id + "\"\n";
-    const auto sources = reduce_sources(p->allowed);
-    std::string source_match;
-    if (sources && !sources->empty()) {
-      source_match = " ip saddr { ";
-      for (std::size_t i = 0; i < sources->size(); ++i) {
-        source_match += (i ? ", " : "") + format_cidr((*sources)[i]);
-      }
-      source_match += " }";
-    }
-    if (!sources || !sources->empty()) {
-      s += "    " + match + source_match + " ct mark set ct mark or " + mark + " accept" + comment;
-    }
-    s += "    " + match + " drop" + comment;
-  }
+  s += "    ip saddr 127.0.0.0/8 ip daddr @container_ips ct status dnat masquerade\n";
   s += "  }\n";
   s += "}\n";
   return s;

@@ -8,8 +8,8 @@
 //   contains the source; an empty `allowed` makes it unreachable from every other host (the
 //   caller passes {"0.0.0.0/0"} while an instance has no security group).
 // - Connections the host itself makes (to 127.0.0.1 or any of its own addresses) are the
-//   operator's and are always let through: they never traverse the forward hook, where the
-//   sources are checked.
+//   operator's and are always let through: they are DNATed in the output hook and leave on
+//   the container's bridge, never passing the prerouting hook, where the sources are checked.
 // - Containers on this host reaching a published port through a host address are remote
 //   sources like any other (checked against `allowed` by their own address).
 // - A rule change applies to NEW connections at once (nft -f is synchronous); connections
@@ -38,7 +38,7 @@ struct PublishedPort {
   std::vector<SourceRule> allowed;  // empty: nobody but the host itself
 };
 
-// The conntrack mark bit our forward chain sets on connections it allows. Docker's FORWARD
+// The conntrack mark bit our sources chain sets on connections it allows. Docker's FORWARD
 // chain (policy DROP on Docker hosts) accepts them through one static rule in its DOCKER-USER
 // chain that matches this bit (see nftables.h for why).
 inline constexpr std::uint32_t kAllowedConnmark = 0x10000000;
@@ -59,10 +59,16 @@ bool is_valid_table_name(std::string_view name);
 // Checks every field; invalid_argument naming the first offending port and field.
 Status validate(const std::vector<PublishedPort>& ports);
 
-// The complete script for `nft -f -`: create the table if missing, flush it, then define
-// its chains and rules (localnet_guard, prerouting, output, postrouting, forward). Ports and
-// sources are sorted, so the same set gives byte-identical text whatever the input order.
-// Never touches any other table.
+// The complete script for `nft -f -`: declare the table, delete it and define it again, all
+// in the one transaction nft makes of a file (packets meet the old table or the new one,
+// never neither). The per-port data is in named sets and maps: `published` (protocol . host
+// port : container address . port, the DNAT targets), `published_ports`, `container_ips`,
+// and the sources, `allow_any` (ports open to 0.0.0.0/0) and one `allow_N` per prefix length
+// N in use (protocol . host port . source network). The chains have a fixed number of rules
+// (sources at most 37, the others one each): localnet_guard, sources (the filter, in
+// prerouting before the DNAT), prerouting, output, postrouting. Ports and sources are
+// sorted, so the same set gives byte-identical text whatever the input order. Never touches
+// any other table.
 Result<std::string> render_ruleset(const std::string& table_name,
                                    const std::vector<PublishedPort>& ports);
 

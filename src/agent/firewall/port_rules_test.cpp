@@ -33,74 +33,141 @@ bool has_line(const std::string& text, const std::string& line) {
   return text.find("    " + line + "\n") != std::string::npos;
 }
 
-TEST(FirewallPortRules, RendersTableFlushAndChains) {
+// The element lines of a named set or map ("" when it is not defined; "{}" when it is empty).
+std::vector<std::string> elements_of(const std::string& text, const std::string& header) {
+  const auto at = text.find("  " + header + " {\n");
+  if (at == std::string::npos) return {""};
+  const auto end = text.find("\n  }\n", at);
+  const auto open = text.find("    elements = {\n", at);
+  if (open == std::string::npos || open > end) return {"{}"};
+  std::vector<std::string> out;
+  std::size_t line = open + std::string("    elements = {\n").size();
+  while (text.compare(line, 6, "      ") == 0) {
+    const auto nl = text.find('\n', line);
+    std::string item = text.substr(line + 6, nl - line - 6);
+    if (!item.empty() && item.back() == ',') item.pop_back();
+    out.push_back(item);
+    line = nl + 1;
+  }
+  return out;
+}
+
+// The rules of a chain, in order (without its type line).
+std::vector<std::string> rules_of(const std::string& text, const std::string& chain) {
+  const auto at = text.find("  chain " + chain + " {\n");
+  if (at == std::string::npos) return {};
+  std::vector<std::string> out;
+  std::size_t line = text.find('\n', text.find('\n', at) + 1) + 1;  // past the type line
+  while (text.compare(line, 4, "    ") == 0) {
+    const auto nl = text.find('\n', line);
+    out.push_back(text.substr(line + 4, nl - line - 4));
+    line = nl + 1;
+  }
+  return out;
+}
+
+using Lines = std::vector<std::string>;
+const std::string kAllowed = " ct mark set ct mark or 0x10000000 accept";
+
+TEST(FirewallPortRules, RendersTableReplacementSetsAndChains) {
   auto script = render_ruleset("gpucloud", {port("i-abc", 30022, "10.88.0.10", 22)});
   ASSERT_TRUE(script) << script.error().detail;
   const std::string& s = *script;
-  // Replaced whole and only our table: never "flush ruleset".
-  EXPECT_NE(s.find("table ip gpucloud {}\nflush table ip gpucloud\ntable ip gpucloud {\n"),
+  // Replaced whole and only our table, in one file (one transaction): never "flush ruleset".
+  EXPECT_NE(s.find("table ip gpucloud {}\ndelete table ip gpucloud\ntable ip gpucloud {\n"),
             std::string::npos)
       << s;
   EXPECT_EQ(s.find("ruleset"), std::string::npos);
   EXPECT_EQ(std::count(s.begin(), s.end(), '{'), std::count(s.begin(), s.end(), '}'));
 
+  EXPECT_TRUE(has_line(s, "type filter hook prerouting priority -300; policy accept;")) << s;
+  EXPECT_TRUE(has_line(s, "type filter hook prerouting priority -110; policy accept;")) << s;
   EXPECT_TRUE(has_line(s, "type nat hook prerouting priority -101; policy accept;")) << s;
   EXPECT_TRUE(has_line(s, "type nat hook output priority -101; policy accept;")) << s;
   EXPECT_TRUE(has_line(s, "type nat hook postrouting priority 99; policy accept;")) << s;
-  EXPECT_TRUE(has_line(s, "type filter hook forward priority -1; policy accept;")) << s;
-  EXPECT_TRUE(has_line(s, "iif != \"lo\" ip daddr 127.0.0.0/8 drop")) << s;
+  EXPECT_EQ(rules_of(s, "localnet_guard"), Lines{"iif != \"lo\" ip daddr 127.0.0.0/8 drop"});
 
-  const std::string dnat =
-      "fib daddr type local tcp dport 30022 dnat to 10.88.0.10:22 comment \"i-abc\"";
-  // Once in prerouting (other hosts), once in output (the host itself).
-  const auto first = s.find(dnat);
-  ASSERT_NE(first, std::string::npos) << s;
-  EXPECT_NE(s.find(dnat, first + 1), std::string::npos) << s;
-  EXPECT_TRUE(has_line(s, "ip saddr 127.0.0.0/8 ip daddr { 10.88.0.10 } ct status dnat masquerade"))
+  // The DNAT targets, once for other hosts (prerouting), once for the host itself (output).
+  EXPECT_EQ(elements_of(s, "map published"), Lines{"tcp . 30022 comment \"i-abc\" : 10.88.0.10 . 22"}) << s;
+  const Lines dnat{"fib daddr type local dnat ip to meta l4proto . th dport map @published"};
+  EXPECT_EQ(rules_of(s, "prerouting"), dnat) << s;
+  EXPECT_EQ(rules_of(s, "output"), dnat) << s;
+  EXPECT_EQ(elements_of(s, "set container_ips"), Lines{"10.88.0.10"});
+  EXPECT_EQ(rules_of(s, "postrouting"),
+            Lines{"ip saddr 127.0.0.0/8 ip daddr @container_ips ct status dnat masquerade"});
+
+  // 0.0.0.0/0: the port is in allow_any, and no per-prefix set exists.
+  EXPECT_EQ(elements_of(s, "set published_ports"), Lines{"tcp . 30022"});
+  EXPECT_EQ(elements_of(s, "set allow_any"), Lines{"tcp . 30022"});
+  EXPECT_EQ(s.find("set allow_3"), std::string::npos) << s;
+  // Established connections first, other ports and addresses not ours, the allowed, then drop.
+  EXPECT_EQ(rules_of(s, "sources"), (Lines{"ct state != new accept",
+                                           "meta l4proto . th dport != @published_ports accept",
+                                           "fib daddr type != local accept",
+                                           "meta l4proto . th dport @allow_any" + kAllowed, "drop"}))
       << s;
-  EXPECT_TRUE(has_line(s, "ct state established,related accept")) << s;
-  // 0.0.0.0/0: no source match at all.
-  const std::string match =
-      "ip daddr 10.88.0.10 meta l4proto tcp th dport 22 ct status dnat ct original proto-dst 30022";
-  EXPECT_TRUE(has_line(s, match + " ct mark set ct mark or 0x10000000 accept comment \"i-abc\""))
-      << s;
-  EXPECT_TRUE(has_line(s, match + " drop comment \"i-abc\"")) << s;
-  // The established rule comes before the per-port rules, accept before drop.
-  EXPECT_LT(s.find("ct state established"), s.find(match + " ct mark"));
-  EXPECT_LT(s.find(match + " ct mark"), s.find(match + " drop"));
 }
 
-TEST(FirewallPortRules, SourcesAreSortedAndReduced) {
+TEST(FirewallPortRules, SourcesAreReducedIntoOneSetPerPrefixLength) {
   auto script = render_ruleset(
       "gpucloud", {port("i-1", 30080, "10.88.0.11", 8080,
                         {"192.168.1.0/24", "10.0.0.0/8", "10.1.2.3/32", "192.168.1.128/25",
-                         "10.0.0.0/8", "198.51.100.7/32"})});
+                         "10.0.0.0/8", "198.51.100.7/32", "203.0.113.0/24"}),
+                   port("i-2", 30022, "10.88.0.12", 22, {"198.51.100.9/32"})});
   ASSERT_TRUE(script) << script.error().detail;
-  EXPECT_TRUE(has_line(*script,
-                       "ip daddr 10.88.0.11 meta l4proto tcp th dport 8080 ct status dnat ct "
-                       "original proto-dst 30080 ip saddr { 10.0.0.0/8, 192.168.1.0/24, "
-                       "198.51.100.7/32 } ct mark set ct mark or 0x10000000 accept comment \"i-1\""))
-      << *script;
+  const std::string& s = *script;
+  // 10.1.2.3/32 is inside 10.0.0.0/8 and 192.168.1.128/25 inside 192.168.1.0/24: dropped;
+  // the duplicate once.
+  EXPECT_EQ(elements_of(s, "set allow_8"), Lines{"tcp . 30080 . 10.0.0.0"}) << s;
+  EXPECT_EQ(elements_of(s, "set allow_24"), (Lines{"tcp . 30080 . 192.168.1.0", "tcp . 30080 . 203.0.113.0"}));
+  EXPECT_EQ(elements_of(s, "set allow_32"), (Lines{"tcp . 30022 . 198.51.100.9", "tcp . 30080 . 198.51.100.7"}));
+  EXPECT_EQ(elements_of(s, "set allow_25"), Lines{""});
+  EXPECT_EQ(elements_of(s, "set allow_any"), Lines{""});
+  EXPECT_NE(s.find("    type inet_proto . inet_service . ipv4_addr\n"), std::string::npos);
+  // One rule per prefix length in use, longest first, each masking the source to its length.
+  EXPECT_EQ(rules_of(s, "sources"),
+            (Lines{"ct state != new accept", "meta l4proto . th dport != @published_ports accept",
+                   "fib daddr type != local accept",
+                   "meta l4proto . th dport . ip saddr @allow_32" + kAllowed,
+                   "meta l4proto . th dport . ip saddr & 255.255.255.0 @allow_24" + kAllowed,
+                   "meta l4proto . th dport . ip saddr & 255.0.0.0 @allow_8" + kAllowed, "drop"}))
+      << s;
+}
+
+TEST(FirewallPortRules, TheRuleCountDoesNotGrowWithThePorts) {
+  std::vector<PublishedPort> ports;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string ip = "10.88." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 2);
+    ports.push_back(port("i-" + std::to_string(i), 20000 + i, ip, 22,
+                         {"10.0.0.0/8", "192.168." + std::to_string(i % 256) + ".0/24"}));
+  }
+  auto script = render_ruleset("gpucloud", ports);
+  ASSERT_TRUE(script) << script.error().detail;
+  EXPECT_EQ(rules_of(*script, "sources").size(), 6u);
+  EXPECT_EQ(rules_of(*script, "prerouting").size(), 1u);
+  EXPECT_EQ(elements_of(*script, "map published").size(), 2000u);
+  EXPECT_EQ(elements_of(*script, "set allow_24").size(), 2000u);
+  EXPECT_EQ(elements_of(*script, "set allow_8").size(), 2000u);
+  EXPECT_EQ(elements_of(*script, "set container_ips").size(), 2000u);
 }
 
 TEST(FirewallPortRules, EmptyAllowedOnlyDrops) {
   auto script = render_ruleset("gpucloud", {port("i-1", 30022, "10.88.0.10", 22, {})});
   ASSERT_TRUE(script) << script.error().detail;
-  EXPECT_EQ(script->find("accept comment"), std::string::npos) << *script;
-  EXPECT_TRUE(has_line(*script,
-                       "ip daddr 10.88.0.10 meta l4proto tcp th dport 22 ct status dnat ct "
-                       "original proto-dst 30022 drop comment \"i-1\""))
-      << *script;
+  const std::string& s = *script;
+  EXPECT_EQ(s.find("set allow_"), std::string::npos) << s;
+  EXPECT_EQ(s.find("ct mark set"), std::string::npos) << s;
+  EXPECT_EQ(elements_of(s, "set published_ports"), Lines{"tcp . 30022"});
+  EXPECT_EQ(rules_of(s, "sources").back(), "drop");
   // Still published: the host itself reaches it.
-  EXPECT_NE(script->find("tcp dport 30022 dnat to 10.88.0.10:22"), std::string::npos);
+  EXPECT_EQ(elements_of(s, "map published"), Lines{"tcp . 30022 comment \"i-1\" : 10.88.0.10 . 22"});
 }
 
-TEST(FirewallPortRules, UdpUsesUdpMatches) {
-  auto script = render_ruleset("gpucloud", {port("i-1", 30053, "10.88.0.10", 53, {}, "udp")});
+TEST(FirewallPortRules, UdpUsesUdpKeys) {
+  auto script = render_ruleset("gpucloud", {port("i-1", 30053, "10.88.0.10", 53, {"10.0.0.0/8"}, "udp")});
   ASSERT_TRUE(script) << script.error().detail;
-  EXPECT_NE(script->find("fib daddr type local udp dport 30053 dnat to 10.88.0.10:53"),
-            std::string::npos);
-  EXPECT_NE(script->find("meta l4proto udp th dport 53 ct status dnat"), std::string::npos);
+  EXPECT_EQ(elements_of(*script, "map published"), Lines{"udp . 30053 comment \"i-1\" : 10.88.0.10 . 53"});
+  EXPECT_EQ(elements_of(*script, "set allow_8"), Lines{"udp . 30053 . 10.0.0.0"});
   EXPECT_EQ(script->find("tcp"), std::string::npos) << *script;
 }
 
@@ -120,22 +187,21 @@ TEST(FirewallPortRules, RenderingIsDeterministic) {
   auto reordered = render_ruleset("gpucloud", ports);
   ASSERT_TRUE(reordered);
   EXPECT_EQ(*first, *reordered);
-  // Sorted by (protocol, host port).
-  EXPECT_LT(first->find("tcp dport 30022"), first->find("tcp dport 30100"));
-  EXPECT_LT(first->find("tcp dport 30100"), first->find("tcp dport 30888"));
-  EXPECT_LT(first->find("tcp dport 30888"), first->find("udp dport 30022"));
-  // Each container address once in the masquerade set, sorted numerically.
-  EXPECT_NE(first->find("ip daddr { 10.88.0.10, 10.88.0.12, 10.88.0.13 }"), std::string::npos)
-      << *first;
+  // Sorted by (protocol, host port); each container address once, sorted numerically.
+  EXPECT_EQ(elements_of(*first, "set published_ports"),
+            (Lines{"tcp . 30022", "tcp . 30100", "tcp . 30888", "udp . 30022"}));
+  EXPECT_EQ(elements_of(*first, "set container_ips"), (Lines{"10.88.0.10", "10.88.0.12", "10.88.0.13"}));
 }
 
 TEST(FirewallPortRules, NoPortsStillDefinesTheChains) {
   auto script = render_ruleset("gpucloud-test-1", {});
   ASSERT_TRUE(script) << script.error().detail;
-  EXPECT_NE(script->find("flush table ip gpucloud-test-1\n"), std::string::npos);
-  EXPECT_NE(script->find("chain forward {"), std::string::npos);
-  EXPECT_EQ(script->find("dnat to"), std::string::npos);
-  EXPECT_EQ(script->find("masquerade"), std::string::npos);
+  EXPECT_NE(script->find("delete table ip gpucloud-test-1\n"), std::string::npos);
+  EXPECT_NE(script->find("chain sources {"), std::string::npos);
+  EXPECT_EQ(elements_of(*script, "map published"), Lines{"{}"});
+  EXPECT_EQ(elements_of(*script, "set published_ports"), Lines{"{}"});
+  EXPECT_EQ(elements_of(*script, "set container_ips"), Lines{"{}"});
+  EXPECT_EQ(script->find("elements"), std::string::npos) << *script;  // nft refuses "{ }"
 }
 
 TEST(FirewallPortRules, RefusesBadInput) {
