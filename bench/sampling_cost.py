@@ -163,6 +163,9 @@ def main():
         time.sleep(12)  # two rounds, so every container's cgroup is resolved before the window
         load = pathlib.Path("/proc/loadavg").read_text().split()[:3]
         sampled_proc, sampled_thread = measure(proc.pid, args.window)
+        # What the rounds covered: the instances /metrics has a reading for.
+        _, metrics = api.request("GET", "/metrics")
+        sampled = len(re.findall(rb"^gpucloud_instance_memory_used_bytes\{", metrics, re.M))
 
         # The peer: the same daemon and store, sampling every 300 s (none in the window).
         il.stop_daemon(proc)
@@ -176,6 +179,7 @@ def main():
         print(f"== Sampling cost: {args.count} running instances, {args.window:.0f} s per side ==")
         print(f"daemon:  {binary}")
         print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(load)} (made {args.count} in {made_s:.0f} s)")
+        print(f"sampled: {sampled} instances had a reading in /metrics after the window")
         print(f"{'':34} {'CPU % of one core':>18}")
         thread = f"{sampled_thread:18.2f}" if sampled_thread is not None else f"{'(no thread named)':>18}"
         print(f"{'sampling thread (5 s rounds)':34} {thread}")

@@ -18,7 +18,9 @@ std::map<std::string, std::string> Request::query() const {
   if (query_string.empty()) return out;
   auto params = boost::urls::parse_query(query_string);
   if (!params) return out;
-  for (auto p : *params) out[std::string(p.key)] = p.has_value ? std::string(p.value) : std::string();
+  // The views are still percent-encoded ("2026-11-26T07%3A44%3A00Z"): decode each. A '+'
+  // stays a '+' (this is not a form body), so a time offset like +08:00 survives unencoded.
+  for (auto p : *params) out[p.key.decode()] = p.has_value ? p.value.decode() : std::string();
   return out;
 }
 
