@@ -79,6 +79,9 @@ price_per_gpu_hour  = 198
 price_per_gpu_week  = 26600
 price_per_gpu_month = 99800
 
+[billing]
+signup_credit = 100000000   # ¥1,000,000: billing refuses creates (402) below an hour of the price
+
 [policy]
 recycle_days = 0    # a released bench instance's disk (delete_on_release) is destroyed at once
 """
