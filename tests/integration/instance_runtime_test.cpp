@@ -342,6 +342,8 @@ class InstanceRuntimeTest : public ::testing::Test {
     return must("instance.exec", json::object{{"instance_id", instance}, {"argv", std::move(a)}});
   }
 
+  // A published tcp port shows as its DNAT entry in the table's `published` map:
+  // "tcp . PORT comment \"INSTANCE\" : ADDRESS . PORT".
   std::string ruleset() { return shell("nft list ruleset 2>&1").second; }
 
   // The instance's entry in instance.status.
@@ -484,14 +486,14 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StopKeepsFilesystemAndRestartReattaches)
   const std::string host_key = str(first, "host_key");
   ASSERT_FALSE(host_key.empty());
   EXPECT_EQ(exec("s1", {"sh", "-c", "echo kept > /root/marker.txt"}).at("exit_code").as_int64(), 0);
-  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_NE(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
 
   // Stopped: the container stays (its filesystem is the system disk) and publishes nothing.
   const auto stopped = must("instance.ensure", desired("s1", "stopped", port));
   EXPECT_FALSE(stopped.at("running").as_bool());
   EXPECT_EQ(str(stopped, "container_id"), container);
   EXPECT_FALSE(str(stopped, "finished_at").empty());
-  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
   auto status = status_of("s1");
   EXPECT_TRUE(status.at("exists").as_bool());
   EXPECT_FALSE(status.at("running").as_bool());
@@ -506,7 +508,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StopKeepsFilesystemAndRestartReattaches)
   EXPECT_EQ(str(restarted, "container_id"), container);
   EXPECT_EQ(str(restarted, "host_key"), host_key);
   EXPECT_EQ(str(exec("s1", {"cat", "/root/marker.txt"}), "stdout"), "kept\n");
-  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_NE(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
 
   // A changed key set is written for the next boot.
   auto changed = desired("s1", "running", port);
@@ -522,9 +524,9 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StopKeepsFilesystemAndRestartReattaches)
   // container without touching it (same id, same start time) and republishes its port.
   const std::string started_at = str(restarted, "started_at");
   gpucloud::agent::firewall::NftablesFirewall(table_).remove_table();  // as after a reboot of nft
-  ASSERT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  ASSERT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
   boot();
-  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_NE(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
   status = status_of("s1");
   EXPECT_TRUE(status.at("running").as_bool());
   EXPECT_EQ(str(status, "container_id"), container);
@@ -622,7 +624,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_RemoveDeletesContainerRulesAndState) {
   ASSERT_TRUE(first.at("running").as_bool());
   const std::string container = str(first, "container_id");
   const std::string ip = str(first, "ipv4");
-  EXPECT_NE(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_NE(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
   ASSERT_TRUE(fs::exists(state_dir_ / "instances" / "r1" / "config" / "authorized_keys"));
 
   const auto removed = must("instance.remove", json::object{{"instance_id", "r1"}});
@@ -630,7 +632,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_RemoveDeletesContainerRulesAndState) {
   auto gone = run(ioc_, driver_->inspect(container));
   ASSERT_TRUE(gone);
   EXPECT_FALSE(gone->exists);
-  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos) << ruleset();
+  EXPECT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos) << ruleset();
   EXPECT_FALSE(fs::exists(state_dir_ / "instances" / "r1"));
   EXPECT_TRUE(must("instance.status", json::object{}).at("instances").as_array().empty());
 
@@ -642,7 +644,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_RemoveDeletesContainerRulesAndState) {
   const auto next = must("instance.ensure", desired("r2", "stopped", port));
   EXPECT_EQ(str(next, "ipv4"), ip);
   EXPECT_FALSE(next.at("running").as_bool());
-  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);  // stopped: not published
+  EXPECT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);  // stopped: not published
 }
 
 TEST_F(InstanceRuntimeTest, DOCKER_ROOT_FailedCreateLeavesNothingBehind) {
@@ -656,7 +658,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_FailedCreateLeavesNothingBehind) {
   auto all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
   ASSERT_TRUE(all);
   EXPECT_TRUE(all->empty());
-  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
 
   // A start that fails removes the container it created, the record and the address: here
   // a container outside gpucloud's records (no installation label) holds the address the
@@ -681,7 +683,7 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_FailedCreateLeavesNothingBehind) {
   all = run(ioc_, driver_->list({{"gpucloud.installation", installation_}}));
   ASSERT_TRUE(all);
   EXPECT_TRUE(all->empty());
-  EXPECT_EQ(ruleset().find("dport " + std::to_string(port)), std::string::npos);
+  EXPECT_EQ(ruleset().find("tcp . " + std::to_string(port) + " comment"), std::string::npos);
   ASSERT_TRUE(run(ioc_, driver_->remove(made->id)));
 
   // Nothing was leaked: the same desired state now succeeds, with the first address.

@@ -112,7 +112,8 @@ TEST_F(InstancesTest, DOCKER_ROOT_CreateSshLimitsStopStartRelease) {
 
   std::string host_port = std::to_string(running.at("ssh").at("port").as_int64());
   std::string id(running.at("id").as_string());
-  EXPECT_NE(shell("nft list table ip gpucloud-" + daemon_->installation_id()).find("dport " + host_port), std::string::npos);
+  // Its DNAT entry in the table's `published` map ("tcp . PORT comment ...").
+  EXPECT_NE(shell("nft list table ip gpucloud-" + daemon_->installation_id()).find("tcp . " + host_port + " comment"), std::string::npos);
   ASSERT_EQ(daemon_->request("DELETE", "/api/v1/instances/train-1", "", user_).status, 202);
   daemon_->wait_for_state("train-1", "released", user_);
   EXPECT_EQ(daemon_->get("/api/v1/instances/train-1", user_).json().at("state").as_string(), "released");
@@ -120,7 +121,7 @@ TEST_F(InstancesTest, DOCKER_ROOT_CreateSshLimitsStopStartRelease) {
   EXPECT_EQ(docker_api("GET", "/containers/gpucloud-" + daemon_->installation_id() + "-" + id + "/json").find("\"Id\""),
             std::string::npos)
       << "the container is removed";
-  EXPECT_EQ(shell("nft list table ip gpucloud-" + daemon_->installation_id() + " 2>/dev/null").find("dport " + host_port),
+  EXPECT_EQ(shell("nft list table ip gpucloud-" + daemon_->installation_id() + " 2>/dev/null").find("tcp . " + host_port + " comment"),
             std::string::npos)
       << "its rules are removed";
 }
@@ -476,12 +477,12 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
     EXPECT_EQ(held, ssh_port + "\n") << "exactly its SSH port is held";
     // The firewall publishes the port exactly when the instance runs.
     if (expected == "running") {
-      EXPECT_NE(table.find("dport " + ssh_port), std::string::npos) << table;
+      EXPECT_NE(table.find("tcp . " + ssh_port + " comment"), std::string::npos) << table;
       int rc = -1;
       ssh_run(settled, key_, "true", &rc);
       EXPECT_EQ(rc, 0) << "it answers SSH on its published port";
     } else {
-      EXPECT_EQ(table.find("dport " + ssh_port), std::string::npos) << table;
+      EXPECT_EQ(table.find("tcp . " + ssh_port + " comment"), std::string::npos) << table;
     }
   }
   if (expected == "released") {
