@@ -172,6 +172,9 @@ price_per_hour = 10
 
 [quotas]
 instances = {quota}
+
+[billing]
+signup_credit = 100000000   # billing refuses creates (402) below an hour of the price
 """
 
 
