@@ -68,6 +68,9 @@ port_range = "35000-35999"
 cpu            = 1
 memory_gib     = 1
 price_per_hour = 10
+
+[billing]
+signup_credit = 100000000   # billing refuses creates (402) below an hour of the price
 """
 
 
