@@ -188,14 +188,18 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
                                                  "; start it with no_gpu to reach its data");
   }
   // A subscription in its paid term still holds its GPUs: it starts on them, already paid for.
+  // Unless one of them is missing or unhealthy: then it gives them up and is placed like any
+  // start (its usable ones preferred); a refusal rolls back, so it keeps them.
   if (i.in_paid_term(now) && i.expires_at && !no_gpu) {
     auto held = market::active_reservation(db, i.id);
     if (!held) return fail(held.error());
-    if (*held) {
+    if (*held && !i.degraded()) {
       Instance next = i;
       if (auto s = transition(db, i, next, Transition{S::starting, "", {}}, now); !s) return fail(s.error());
       return reload(db, i.id);
     }
+    if (*held)
+      if (auto r = market::release_reservation(db, i.id, now); !r) return fail(r.error());
   }
   const config::Offer* offer = i.gpu_model ? cfg.find_offer(*i.gpu_model) : nullptr;
   Instance next = i;

@@ -7,6 +7,7 @@
 
 #include "events/events.h"
 #include "instances/schedules.h"
+#include "market/hosts.h"
 #include "store/meta.h"
 
 namespace gpucloud::instances {
@@ -109,7 +110,8 @@ Status attach_details(store::Database& db, Instance& i) {
                       {i.id});
   if (!ports) return fail(ports.error());
   for (const auto& p : *ports) i.ports.push_back(PortBinding{static_cast<int>(p.int64(0)), p.text(1), static_cast<int>(p.int64(2))});
-  auto gpus = db.all("SELECT g.uuid, g.simulated FROM reservations r JOIN gpu_reservations gr ON gr.reservation_id = r.id "
+  auto gpus = db.all("SELECT g.uuid, g.simulated, g.present, g.health, g.idx, g.model, g.lost_at FROM reservations r "
+                     "JOIN gpu_reservations gr ON gr.reservation_id = r.id "
                      "AND gr.active = 1 JOIN gpus g ON g.uuid = gr.gpu_uuid "
                      "WHERE r.holder = ? AND r.active = 1 ORDER BY g.idx, g.uuid",
                      {i.id});
@@ -117,6 +119,8 @@ Status attach_details(store::Database& db, Instance& i) {
   for (const auto& g : *gpus) {
     i.gpu_uuids.push_back(g.text(0));
     i.gpus_simulated = i.gpus_simulated || g.int64(1) != 0;
+    i.gpu_health.push_back(Instance::GpuHealth{g.int64(2) != 0 ? g.text(3) : std::string(market::kGpuMissing),
+                                               static_cast<int>(g.int64(4)), g.text(5), time_of(g.opt_int64(6))});
   }
   auto disks = db.all("SELECT id, mount_path FROM disks WHERE instance_id = ? AND state != 'destroyed' "
                       "ORDER BY mount_path, id",
@@ -374,12 +378,87 @@ std::vector<std::string> port_sources_v4(const Instance& i, const PortBinding& p
   return out;
 }
 
+namespace {
+// "GPU GPU-x (RTX 4090, last seen as GPU 1) is missing from host node-1": one GPU's loss, as
+// the instance's `degraded.reason` and its gpu_lost event say it.
+std::string gpu_loss_sentence(const std::string& uuid, const std::string& model, int index, const std::string& health,
+                              const std::string& host_name) {
+  std::string gpu = "GPU " + uuid + " (" + model + ", last seen as GPU " + std::to_string(index) + ")";
+  if (health == market::kGpuMissing) return gpu + " is missing from host " + host_name;
+  return gpu + " on host " + host_name + " is unhealthy: " + health;
+}
+
+// null while every GPU it holds is usable; else which are not, why, and since when.
+json::value degraded_json(const Instance& i) {
+  if (!i.degraded()) return nullptr;
+  std::string reason;
+  json::array uuids;
+  std::optional<SysTime> since;
+  for (std::size_t n = 0; n < i.gpu_health.size() && n < i.gpu_uuids.size(); ++n) {
+    const auto& g = i.gpu_health[n];
+    if (g.health == "ok") continue;
+    reason += (reason.empty() ? "" : "; ") + gpu_loss_sentence(i.gpu_uuids[n], g.model, g.index, g.health,
+                                                                i.host_name.value_or(""));
+    uuids.push_back(json::value(i.gpu_uuids[n]));
+    if (g.lost_at && (!since || *g.lost_at < *since)) since = g.lost_at;
+  }
+  return json::object{{"reason", reason},
+                      {"gpus", std::move(uuids)},
+                      {"since", since ? json::value(format_rfc3339(*since)) : json::value(nullptr)}};
+}
+}  // namespace
+
+Status record_gpu_changes(store::Database& db, const std::string& host_id, const std::string& host_name,
+                          const std::vector<market::GpuChange>& changes, SysTime now) {
+  for (const auto& c : changes) {
+    const bool lost = c.kind == market::GpuChange::Kind::lost;
+    const std::string what = lost ? gpu_loss_sentence(c.uuid, c.model, c.index, c.health, host_name)
+                                  : "GPU " + c.uuid + " (" + c.model + ", GPU " + std::to_string(c.index) + ") on host " +
+                                        host_name + " is healthy again";
+    // The holder, when it is a live instance: its owner hears of it too.
+    std::optional<Instance> holder;
+    if (c.holder) {
+      auto found = load_instance(db, *c.holder);
+      if (!found) return fail(found.error());
+      if (*found && (*found)->state != InstanceState::released) holder = std::move(**found);
+    }
+    json::object data{{"name", host_name}, {"uuid", c.uuid},   {"model", c.model},
+                      {"index", c.index},  {"health", c.health}, {"instance", holder ? json::value(holder->id) : json::value(nullptr)}};
+    if (!lost) data["lost_at"] = c.lost_at ? json::value(format_rfc3339(*c.lost_at)) : json::value(nullptr);
+    if (auto s = events::record(db, now, lost ? "host.gpu_lost" : "host.gpu_recovered", host_id, std::nullopt,
+                                what + (holder ? " (held by instance " + holder->id + ")" : ""), data);
+        !s)
+      return s;
+    if (!holder) continue;
+    data.erase("instance");
+    data["name"] = holder->name;
+    data["host"] = host_name;
+    // It keeps running on what it has (its processes may hold state on its other GPUs), and
+    // its reservation stays on this physical GPU; stopping is the owner's call.
+    std::string message = "instance " + holder->name + ": " + what;
+    if (lost) {
+      const bool runs = holder->state == InstanceState::running || holder->state == InstanceState::starting;
+      if (runs) message += holder->billing_mode == "hourly" ? "; it keeps running and billing (stop it to stop billing)"
+                                                            : "; it keeps running";
+      message += "; a start takes other free GPUs while this one is gone";
+    }
+    if (auto s = events::record(db, now, lost ? "instance.gpu_lost" : "instance.gpu_recovered", holder->id, holder->owner,
+                                message, std::move(data));
+        !s)
+      return s;
+  }
+  return ok();
+}
+
 json::object instance_json(const Instance& i, const ViewContext& view, std::int64_t run_seconds_now) {
   auto opt = [](const std::optional<std::string>& v) { return v ? json::value(*v) : json::value(nullptr); };
   auto opt_time = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
   json::array gpus;
   for (std::size_t n = 0; n < i.gpu_uuids.size(); ++n)
-    gpus.push_back(json::object{{"index", static_cast<std::int64_t>(n)}, {"uuid", i.gpu_uuids[n]}, {"simulated", i.gpus_simulated}});
+    gpus.push_back(json::object{{"index", static_cast<std::int64_t>(n)},
+                                {"uuid", i.gpu_uuids[n]},
+                                {"simulated", i.gpus_simulated},
+                                {"health", n < i.gpu_health.size() ? i.gpu_health[n].health : std::string("ok")}});
   json::array ports;
   json::value ssh = nullptr;
   for (const auto& p : i.ports) {
@@ -414,6 +493,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["gpu_count"] = i.gpu_count;
   o["gpus"] = std::move(gpus);
   o["simulated"] = i.gpus_simulated;
+  o["degraded"] = degraded_json(i);
   o["cpu"] = i.cpu;
   o["cpu_capped_to_machine"] = i.cpus_capped;
   o["memory_gib"] = i.memory_gib;

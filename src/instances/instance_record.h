@@ -1,6 +1,7 @@
 #pragma once
 // An instance as the store keeps it (the instance repository), and its API view. States
 // change only through instances/transition.h.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,10 @@
 #include "instances/instance_state.h"
 #include "security_groups/rules.h"
 #include "store/database.h"
+
+namespace gpucloud::market {
+struct GpuChange;
+}
 
 namespace gpucloud::instances {
 
@@ -56,6 +61,17 @@ struct Instance {
   std::vector<PortBinding> ports;
   std::vector<std::string> gpu_uuids;  // of the active reservation
   bool gpus_simulated = false;
+  // Read only: how each GPU of gpu_uuids (same order) is now, as its host last reported it.
+  struct GpuHealth {
+    std::string health = "ok";  // "ok", "missing" (the host no longer reports it), or the host's error
+    int index = 0;              // where it was last seen on the host
+    std::string model;
+    std::optional<SysTime> lost_at;  // since when it has not been usable
+  };
+  std::vector<GpuHealth> gpu_health;
+  bool degraded() const {
+    return std::any_of(gpu_health.begin(), gpu_health.end(), [](const GpuHealth& g) { return g.health != "ok"; });
+  }
   struct AttachedDisk {
     std::string id, mount_path;
   };
@@ -130,6 +146,13 @@ Result<std::vector<RunningOnHost>> running_on_host(store::Database& db, const st
 Status mark_spend_warned(store::Database& db, const std::string& id);
 // Records the event of a state change ("instance.<state>"), in the caller's transaction.
 Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
+// Records what a host's report found about its GPUs (market::register_host,
+// market::record_gpu_health), in the caller's transaction: the operator's `host.gpu_lost` /
+// `host.gpu_recovered` for each GPU, and `instance.gpu_lost` / `instance.gpu_recovered` for
+// the owner of the live instance whose reservation holds it. Nothing else changes: the
+// instance keeps its state, its reservation and its billing.
+Status record_gpu_changes(store::Database& db, const std::string& host_id, const std::string& host_name,
+                          const std::vector<market::GpuChange>& changes, SysTime now);
 
 // What counts against a user's quotas: live instances, GPUs held by those that run or will.
 struct InstanceUsage {

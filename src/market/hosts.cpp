@@ -14,10 +14,86 @@ std::string offer_model_for(const config::Config& config, const agent::GpuInfo& 
   if (const auto* offer = config.offer_for_nvml_name(gpu.model)) return offer->gpu_model;
   return gpu.model;  // no offer names it: listed under its own name, not in the market
 }
+
+// One GPU of a report as it is recorded: the UUID that keys it, and its health once the
+// report's own oddities are counted. A GPU the report does not tell apart from another (no
+// UUID, a UUID given twice, two UUIDs at one index) is unhealthy: a reservation on it could
+// reach the wrong device, and the index is what placement hands out.
+struct ReportedGpu {
+  const agent::GpuInfo* info = nullptr;
+  std::string uuid;
+  std::string health;
+};
+
+std::vector<ReportedGpu> read_report(const std::string& host_id, const std::vector<agent::GpuInfo>& gpus) {
+  std::vector<ReportedGpu> out;
+  std::map<std::string, std::size_t> by_uuid;               // uuid -> its entry in out
+  std::map<int, std::vector<std::size_t>> at_index;         // index -> entries reported there
+  for (const auto& g : gpus) {
+    ReportedGpu r{&g, g.uuid, g.health.empty() ? std::string("no health reported") : g.health};
+    if (r.uuid.empty()) {
+      // NVML could not say which GPU this is: recorded per host and index, never placed.
+      r.uuid = "unidentified-" + host_id + "-" + std::to_string(g.index);
+      if (r.health == "ok") r.health = "no UUID reported";
+    }
+    if (auto seen = by_uuid.find(r.uuid); seen != by_uuid.end()) {
+      auto& first = out[seen->second];
+      first.health = "the host reported this UUID twice (GPU " + std::to_string(first.info->index) + " and GPU " +
+                     std::to_string(g.index) + ")";
+      continue;
+    }
+    by_uuid[r.uuid] = out.size();
+    at_index[g.index].push_back(out.size());
+    out.push_back(std::move(r));
+  }
+  for (const auto& [index, entries] : at_index) {
+    if (entries.size() < 2) continue;
+    std::string names;
+    for (auto n : entries) names += (names.empty() ? "" : ", ") + out[n].uuid;
+    for (auto n : entries) out[n].health = "the host reported several GPUs as GPU " + std::to_string(index) + " (" + names + ")";
+  }
+  return out;
+}
+
+// Finds the GPUs of the host that became unusable or usable again, and records each change
+// once: `lost_at` is compare-and-set (NULL -> now, now -> NULL), so a writer that finds it
+// already moved (an earlier report, another process) records nothing.
+Result<std::vector<GpuChange>> settle_gpu_losses(store::Database& db, const std::string& host_id, SysTime now) {
+  auto rows = db.all(
+      "SELECT g.uuid, g.model, g.idx, g.present, g.health, g.lost_at, r.holder FROM gpus g "
+      "LEFT JOIN gpu_reservations gr ON gr.gpu_uuid = g.uuid AND gr.active = 1 "
+      "LEFT JOIN reservations r ON r.id = gr.reservation_id "
+      "WHERE g.host_id = ? ORDER BY g.idx, g.uuid",
+      {host_id});
+  if (!rows) return fail(rows.error());
+  std::vector<GpuChange> changes;
+  for (const auto& r : *rows) {
+    const bool present = r.int64(3) != 0;
+    const std::string health = present ? r.text(4) : std::string(kGpuMissing);
+    const bool usable = health == "ok";
+    const auto lost_at = r.opt_int64(5);
+    GpuChange change{GpuChange::Kind::lost, r.text(0), r.text(1), static_cast<int>(r.int64(2)), health, r.opt_text(6), {}};
+    if (!usable && !lost_at) {
+      if (auto s = db.run("UPDATE gpus SET lost_at = ? WHERE uuid = ? AND lost_at IS NULL", {to_unix_micros(now), change.uuid});
+          !s)
+        return fail(s.error());
+      if (db.changes() == 1) changes.push_back(std::move(change));
+    } else if (usable && lost_at) {
+      if (auto s = db.run("UPDATE gpus SET lost_at = NULL WHERE uuid = ? AND lost_at = ?", {change.uuid, *lost_at}); !s)
+        return fail(s.error());
+      if (db.changes() == 1) {
+        change.kind = GpuChange::Kind::recovered;
+        change.lost_at = from_unix_micros(*lost_at);
+        changes.push_back(std::move(change));
+      }
+    }
+  }
+  return changes;
+}
 }  // namespace
 
-Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inv, const config::Config& config,
-                               SysTime now) {
+Result<HostRegistration> register_host(store::Database& db, const agent::HostInventory& inv, const config::Config& config,
+                                       SysTime now) {
   auto existing = db.one("SELECT id FROM hosts WHERE name = ?", {inv.name});
   if (!existing) return fail(existing.error());
   std::string id = *existing ? (*existing)->text(0) : new_id("h");
@@ -44,28 +120,42 @@ Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& 
   // GPUs are matched by UUID: one that renumbered keeps its record (and its reservation),
   // one no longer reported stays recorded as missing, never placed, never deleted.
   if (auto s = db.run("UPDATE gpus SET present = 0 WHERE host_id = ?", {id}); !s) return fail(s.error());
-  for (const auto& g : inv.gpus) {
-    std::string uuid = g.uuid;
-    std::string health = g.health;
-    if (uuid.empty()) {
-      // NVML could not say which GPU this is: recorded per host and index, never placed.
-      uuid = "unidentified-" + id + "-" + std::to_string(g.index);
-      if (health == "ok") health = "no UUID reported";
-    }
+  for (const auto& r : read_report(id, inv.gpus)) {
+    const auto& g = *r.info;
     if (auto s = db.run("INSERT INTO gpus (uuid, host_id, idx, model, reported_name, memory_bytes, pci_bus_id, health, "
                         "simulated, present) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1) "
                         "ON CONFLICT (uuid) DO UPDATE SET host_id = excluded.host_id, idx = excluded.idx, "
                         "model = excluded.model, reported_name = excluded.reported_name, "
                         "memory_bytes = excluded.memory_bytes, pci_bus_id = excluded.pci_bus_id, "
                         "health = excluded.health, simulated = excluded.simulated, present = 1",
-                        {uuid, id, g.index, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id, health,
+                        {r.uuid, id, g.index, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id, r.health,
                          g.simulated});
         !s)
       return fail(s.error());
   }
+  auto changes = settle_gpu_losses(db, id, now);
+  if (!changes) return fail(changes.error());
   auto host = find_host(db, id);
   if (!host) return fail(host.error());
-  return std::move(**host);
+  return HostRegistration{std::move(**host), std::move(*changes)};
+}
+
+Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inv, const config::Config& config,
+                               SysTime now) {
+  auto registered = register_host(db, inv, config, now);
+  if (!registered) return fail(registered.error());
+  return std::move(registered->host);
+}
+
+Result<std::vector<GpuChange>> record_gpu_health(store::Database& db, const std::string& host_name,
+                                                 const std::vector<agent::GpuInfo>& gpus, SysTime now) {
+  auto id = host_id_by_name(db, host_name);
+  if (!id) return fail(id.error());
+  if (!*id) return std::vector<GpuChange>{};
+  for (const auto& r : read_report(**id, gpus))
+    if (auto s = db.run("UPDATE gpus SET health = ?, present = 1 WHERE uuid = ? AND host_id = ?", {r.health, r.uuid, **id}); !s)
+      return fail(s.error());
+  return settle_gpu_losses(db, **id, now);
 }
 
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,

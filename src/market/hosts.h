@@ -51,11 +51,42 @@ struct HostRecord {
   std::string system_disk_reason;
 };
 
+// A GPU that stopped being usable (missing, or reported unhealthy) or became usable again
+// (present and "ok"), found while recording a host's report. Each loss is found once: the
+// GPU's `lost_at` is set by compare-and-set when it is first seen unusable and cleared when
+// it is usable again, so repeated reports of the same state find nothing.
+struct GpuChange {
+  enum class Kind { lost, recovered };
+  Kind kind = Kind::lost;
+  std::string uuid;
+  std::string model;
+  int index = 0;       // where it was last seen
+  std::string health;  // as GET /admin/hosts shows it: "missing", the health error, or "ok"
+  std::optional<std::string> holder;  // the holder (instance id) of its active reservation
+  std::optional<SysTime> lost_at;     // recovered: since when it had been lost, if known
+};
+
+struct HostRegistration {
+  HostRecord host;
+  std::vector<GpuChange> changes;
+};
+
 // Records a registration: creates or updates the host and its GPUs, matched by UUID (GPUs
 // that vanished stay recorded as not present, health "missing", so reservations on them
-// still name the physical GPU; a GPU without a UUID is recorded unhealthy).
+// still name the physical GPU; a GPU without a UUID is recorded unhealthy, and so is one
+// whose UUID or index the report gives twice). Returns the GPUs lost or recovered by it.
+Result<HostRegistration> register_host(store::Database& db, const agent::HostInventory& inventory,
+                                       const config::Config& config, SysTime now);
+// register_host without the changes (tests, tools).
 Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inventory, const config::Config& config,
                                SysTime now);
+// Records a heartbeat's GPU health. A beat names the GPUs it could describe: each one known
+// on this host takes the beat's health (and is present); a GPU the beat leaves out keeps its
+// record (only a registration, the full inventory, makes a GPU missing); a UUID the host
+// never registered is ignored until it does. Returns the GPUs lost or recovered; nothing for
+// a host that is not registered.
+Result<std::vector<GpuChange>> record_gpu_health(store::Database& db, const std::string& host_name,
+                                                 const std::vector<agent::GpuInfo>& gpus, SysTime now);
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
                       std::optional<SysTime> last_seen);
 Result<std::vector<HostRecord>> list_hosts(store::Database& db);

@@ -73,9 +73,10 @@ Result<Reservation> reserve(store::Database& db, const std::string& holder, cons
 
   Reservation r{new_id("rsv"), holder, placement.host_id, host->name, request.cpu, request.memory_gib,
                 request.gpu_model, placement.gpu_indices, {}};
+  // The free GPU at each placed index: an unusable one may still be listed at the same index.
   for (int index : placement.gpu_indices)
     for (const auto& g : host->gpus)
-      if (g.index == index) r.gpu_uuids.push_back(g.uuid);
+      if (g.index == index && g.free) r.gpu_uuids.push_back(g.uuid);
   if (r.gpu_uuids.size() != r.gpu_indices.size())
     return fail(ErrorCode::internal, "host " + host->name + " reports two GPUs at one index");
   std::optional<std::string> model;

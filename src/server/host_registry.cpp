@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "events/events.h"
+#include "instances/instance_record.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 
@@ -27,8 +28,9 @@ asio::awaitable<Status> HostRegistry::start() {
   auto record = [this, hosts = *hosts, now = clock_.now()](store::Database& db) -> Status {
     if (auto s = market::seed_prices(db, config_); !s) return s;
     for (const auto& inventory : hosts) {
-      auto host = market::upsert_host(db, inventory, config_, system_now());
-      if (!host) return tl::unexpected(host.error());
+      auto registered = market::register_host(db, inventory, config_, system_now());
+      if (!registered) return tl::unexpected(registered.error());
+      const market::HostRecord* host = &registered->host;
       std::string message = "host " + inventory.name + " registered in " + inventory.zone + ": " +
                             std::to_string(inventory.gpus.size()) + (inventory.simulated ? " simulated" : "") + " GPUs, " +
                             std::to_string(inventory.cpu) + " CPU cores, " + std::to_string(inventory.memory_gib) + " GiB";
@@ -40,6 +42,8 @@ asio::awaitable<Status> HostRegistry::start() {
                                {"inventory", inventory.inventory_source}};
       // Operator events: no user, so only the operator sees them.
       if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
+      // GPUs gone or unhealthy since the last registration, or back: recorded with the GPUs.
+      if (auto s = instances::record_gpu_changes(db, host->id, host->name, registered->changes, now); !s) return s;
     }
     // A host the store knows but no agent registered now (taken out of the config, or its
     // agent gone): unreachable, so nothing is placed on it and the market does not count it.
@@ -63,6 +67,7 @@ asio::awaitable<Status> HostRegistry::start() {
   auto now = std::chrono::steady_clock::now();
   for (const auto& h : *hosts) {
     last_heartbeat_[h.name] = now;
+    (*reported_gpus_)[h.name] = h.gpus;
     reachable_[h.name] = true;
     spdlog::info(R"({{"event":"host_registered","host":"{}","zone":"{}","gpus":{},"inventory":"{}"}})", h.name, h.zone,
                  h.gpus.size(), h.inventory_source);
@@ -71,7 +76,48 @@ asio::awaitable<Status> HostRegistry::start() {
   co_return ok();
 }
 
-void HostRegistry::on_heartbeat(agent::Heartbeat beat) { last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now(); }
+void HostRegistry::on_heartbeat(agent::Heartbeat beat) {
+  last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now();
+  follow_gpu_health(std::move(beat));
+}
+
+namespace {
+// What a beat says that the store keeps: which GPU is at which index, in what health.
+bool same_gpus(const std::vector<agent::GpuInfo>& a, const std::vector<agent::GpuInfo>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const agent::GpuInfo& x, const agent::GpuInfo& y) {
+    return x.uuid == y.uuid && x.index == y.index && x.health == y.health;
+  });
+}
+}  // namespace
+
+void HostRegistry::follow_gpu_health(agent::Heartbeat beat) {
+  // Only a registered host's beats count; an empty one says nothing (a GPU the beat leaves
+  // out keeps its record). The same GPUs in the same health as the last report: no write.
+  auto known = reported_gpus_->find(beat.host_name);
+  if (known == reported_gpus_->end() || beat.gpus.empty() || same_gpus(known->second, beat.gpus)) return;
+  known->second = beat.gpus;
+  auto record = [gpus = beat.gpus, name = beat.host_name, now = clock_.now()](store::Database& db) -> Status {
+    auto changes = market::record_gpu_health(db, name, gpus, system_now());
+    if (!changes) return fail(changes.error());
+    if (changes->empty()) return ok();
+    auto id = market::host_id_by_name(db, name);
+    if (!id) return fail(id.error());
+    if (!*id) return ok();
+    return instances::record_gpu_changes(db, **id, name, *changes, now);
+  };
+  // The write outlives nothing of the registry but this map (shared with it): on failure the
+  // next beat with this list writes again.
+  asio::co_spawn(
+      loop_,
+      [](store::Store& store, decltype(record) write, std::shared_ptr<ReportedGpus> reported,
+         std::string name) -> asio::awaitable<void> {
+        if (auto s = co_await store.write(std::move(write)); !s) {
+          spdlog::warn("host {}: GPU health not recorded: {}", name, s.error().detail);
+          (*reported)[name].clear();
+        }
+      }(store_, std::move(record), reported_gpus_, beat.host_name),
+      asio::detached);
+}
 
 void HostRegistry::schedule_check() {
   check_timer_.expires_after(check_every_);

@@ -30,6 +30,9 @@ class HostRegistry {
 
  private:
   void on_heartbeat(agent::Heartbeat beat);
+  // Records a beat's GPU health when it differs from the host's last report: GPUs lost or
+  // back, with their events (instances' owners, the operator), in one transaction.
+  void follow_gpu_health(agent::Heartbeat beat);
   void schedule_check();
   boost::asio::awaitable<void> check_liveness();
 
@@ -42,6 +45,10 @@ class HostRegistry {
   std::chrono::milliseconds check_every_;  // how often heartbeats are looked at (tests: short)
   std::map<std::string, std::chrono::steady_clock::time_point> last_heartbeat_;
   std::map<std::string, bool> reachable_;
+  // Per registered host, the GPUs of its last report recorded (registration or beat); shared
+  // with the writes in flight.
+  using ReportedGpus = std::map<std::string, std::vector<agent::GpuInfo>>;
+  std::shared_ptr<ReportedGpus> reported_gpus_ = std::make_shared<ReportedGpus>();
   boost::asio::steady_timer check_timer_;
 };
 

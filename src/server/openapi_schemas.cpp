@@ -92,7 +92,16 @@ constexpr const char* kNamePattern = "^[a-z][a-z0-9-]{0,62}$";
 constexpr const char* kUsernamePattern = "^[a-z][a-z0-9_-]{2,31}$";
 
 json::object instance_schemas(json::object& s) {
-  s["InstanceGpu"] = answer({{"index", integer()}, {"uuid", str()}, {"simulated", boolean()}});
+  s["InstanceGpu"] = answer({{"index", integer()},
+                             {"uuid", str()},
+                             {"simulated", boolean()},
+                             {"health", str("\"ok\", \"missing\" (its host no longer reports it), or the host's error")}});
+  s["InstanceDegraded"] = answer(
+      {{"reason", str("Which GPUs it holds are missing or unhealthy, and where they were last seen")},
+       {"gpus", array_of(str(), "Their UUIDs")},
+       {"since", nullable(time("When the first of them was found unusable; null when not recorded"))}},
+      "Some GPU it holds is missing or unhealthy. It keeps running (and billing) and its reservation stays on that "
+      "GPU; a stop frees it, and a start takes other free GPUs while it is gone");
   s["InstanceSsh"] = answer({{"host", str()},
                              {"port", integer("The host port that forwards to the instance's port 22")},
                              {"user", one_of({"root"})},
@@ -136,6 +145,7 @@ json::object instance_schemas(json::object& s) {
        {"gpu_count", integer()},
        {"gpus", array_of(ref("InstanceGpu"), "The GPUs it holds now (none while stopped or no-GPU)")},
        {"simulated", boolean("Its GPUs are simulated")},
+       {"degraded", nullable_ref("InstanceDegraded", "null while every GPU it holds is present and healthy")},
        {"cpu", integer()},
        {"cpu_capped_to_machine", boolean("Fewer CPUs than `cpu` exist on the host; the container got them all")},
        {"memory_gib", integer()},

@@ -456,6 +456,12 @@ CREATE TABLE instance_samples (
 );
 CREATE INDEX instance_samples_age ON instance_samples (resolution, t);
 )sql"},
+    // When a GPU stopped being usable (missing or unhealthy); NULL while it is. Set and
+    // cleared by compare-and-set, so each loss and each recovery is recorded (with its events)
+    // once, whichever report or process sees it first.
+    {15, R"sql(
+ALTER TABLE gpus ADD COLUMN lost_at INTEGER;
+)sql"},
 };
 
 }  // namespace
