@@ -18,7 +18,9 @@
 #include "instances/lifecycle.h"
 #include "instances/transition.h"
 #include "market/hosts.h"
+#include "market/prices.h"
 #include "market/reservations.h"
+#include "server/host_registry.h"
 #include "store/store.h"
 
 namespace gpucloud::instances {
@@ -116,6 +118,38 @@ class FakeAgent : public agent::HostAgent {
   asio::any_io_executor loop_;
 };
 
+// The host side of a HostRegistry: the inventory it registers (what a daemon restart
+// reports) and the heartbeats a test sends, with whatever GPUs it likes.
+class ReportingAgent : public agent::HostAgent {
+ public:
+  explicit ReportingAgent(agent::HostInventory inventory) : inventory_(std::move(inventory)) {}
+  asio::awaitable<Result<std::vector<agent::HostInventory>>> register_hosts() override {
+    co_return std::vector<agent::HostInventory>{inventory_};
+  }
+  asio::awaitable<Result<agent::CommandOutcome>> execute(agent::Command) override {
+    co_return fail(ErrorCode::unavailable, "no commands here");
+  }
+  void on_heartbeat(std::function<void(agent::Heartbeat)> sink) override { sink_ = std::move(sink); }
+  asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> open_terminal(std::string, std::string, int, int) override {
+    co_return fail(ErrorCode::unavailable, "no terminals here");
+  }
+  void beat(std::vector<agent::GpuInfo> gpus, const std::string& host = "node-1") {
+    if (sink_) sink_(agent::Heartbeat{host, ++sequence_, std::move(gpus)});
+  }
+
+ private:
+  agent::HostInventory inventory_;
+  std::function<void(agent::Heartbeat)> sink_;
+  std::uint64_t sequence_ = 0;
+};
+
+// A PATCH of the ports alone (a designated initializer leaves g++ -Wextra naming every other field).
+PatchRequest ports_patch(std::vector<PortSpec> ports) {
+  PatchRequest p;
+  p.ports = std::move(ports);
+  return p;
+}
+
 class LifecycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -147,6 +181,7 @@ class LifecycleTest : public ::testing::Test {
     host_config.name = "node-1";
     host_config.zone = "zone-a";
     config_.hosts.push_back(host_config);
+    inventory_ = h;
     ASSERT_TRUE(store_->write_now([&](store::Database& db) -> Status {
       if (auto r = market::upsert_host(db, h, config_, system_now()); !r) return fail(r.error());
       if (auto s = seed_public_images(db, config_, system_now()); !s) return s;
@@ -161,6 +196,7 @@ class LifecycleTest : public ::testing::Test {
     service_ = std::make_unique<InstanceService>(io_.get_executor(), config_, *store_, *clock_, *agent_);
   }
   void TearDown() override {
+    registry_.reset();
     service_->stop_background();
     while (!agent_->parked.empty()) agent_->release_one();
     pump([] { return false; }, std::chrono::milliseconds(50));
@@ -238,6 +274,44 @@ class LifecycleTest : public ::testing::Test {
     return out;
   }
 
+  // node-1 as SetUp registered it (GPU-sim-0 at 0, GPU-sim-1 at 1), with other GPUs.
+  agent::HostInventory node1_with(std::vector<agent::GpuInfo> gpus) const {
+    auto inv = inventory_;
+    inv.gpus = std::move(gpus);
+    return inv;
+  }
+  agent::GpuInfo gpu(int index, const std::string& uuid, const std::string& health = "ok") const {
+    return agent::GpuInfo{index, uuid, "RTX 4090", 24LL << 30, "", health, true};
+  }
+  // What a daemon start does: a registry registers the host as `inventory` reports it.
+  void register_node1(agent::HostInventory inventory) {
+    auto agent = std::make_unique<ReportingAgent>(std::move(inventory));
+    reporter_ = agent.get();
+    registry_.reset();
+    registry_ = std::make_unique<server::HostRegistry>(io_.get_executor(), config_, *store_, *clock_, std::move(agent),
+                                                       std::chrono::hours(1), std::chrono::hours(1));
+    bool started = false;
+    Status result = ok();
+    asio::co_spawn(io_, registry_->start(), [&](std::exception_ptr e, Status st) {
+      started = true;
+      result = e ? fail(ErrorCode::internal, "start threw") : std::move(st);
+    });
+    ASSERT_TRUE(pump([&] { return started; }));
+    ASSERT_TRUE(result) << result.error().detail;
+  }
+  std::vector<events::Event> events_of_type(const std::string& type) {
+    events::Query q;
+    q.limit = 1000;
+    auto all = store_->read_now([&](store::Database& db) { return events::list(db, q); });
+    EXPECT_TRUE(all);
+    std::vector<events::Event> out;
+    if (all)
+      for (auto& e : *all)
+        if (e.type == type) out.push_back(std::move(e));
+    return out;
+  }
+  json::object view_of(const std::string& id) { return instance_json(load(id), service_->view(), 0); }
+
   asio::io_context io_;
   std::unique_ptr<store::Store> store_;
   config::Config config_;
@@ -246,6 +320,9 @@ class LifecycleTest : public ::testing::Test {
   std::unique_ptr<InstanceService> service_;
   std::string user_;
   std::string db_path_;
+  agent::HostInventory inventory_;
+  std::unique_ptr<server::HostRegistry> registry_;
+  ReportingAgent* reporter_ = nullptr;
 };
 
 TEST_F(LifecycleTest, CreateRunsStopFreesTheGpuAndCountsTheRun) {
@@ -286,7 +363,7 @@ TEST_F(LifecycleTest, StopDuringARefreshIsNotUndoneByIt) {
   ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
   agent_->hold_ensures = true;
   act([&](store::Database& db) -> Result<Instance> {
-    auto p = patch_instance(db, alice(), id, PatchRequest{.ports = std::vector<PortSpec>{{22, "tcp"}, {8888, "tcp"}}}, clock_->now());
+    auto p = patch_instance(db, alice(), id, ports_patch({{22, "tcp"}, {8888, "tcp"}}), clock_->now());
     if (!p) return fail(p.error());
     return p->instance;
   });
@@ -364,7 +441,7 @@ TEST_F(LifecycleTest, PortsChangedWhileStoppedReachTheAgent) {
   service_->kick(id);
   ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
   auto patched = store_->write_now([&](store::Database& db) {
-    return patch_instance(db, alice(), id, PatchRequest{.ports = std::vector<PortSpec>{{8888, "tcp"}}}, clock_->now());
+    return patch_instance(db, alice(), id, ports_patch({{8888, "tcp"}}), clock_->now());
   });
   ASSERT_TRUE(patched) << patched.error().detail;
   ASSERT_TRUE(patched->engine_follows);
@@ -412,6 +489,200 @@ TEST_F(LifecycleTest, RestartKeepsTheReservationAndEndsRunning) {
   EXPECT_EQ(load(id).gpu_uuids, gpus);
   EXPECT_EQ(agent_->kinds_for(id),
             (std::vector<std::string>{"instance.ensure:running", "instance.ensure:stopped", "instance.ensure:running"}));
+}
+
+
+// A running instance's GPU drops out of the host's report: the owner and the operator hear of
+// it once, in the report's transaction; the instance shows it and keeps running on the same
+// reservation; when the GPU is back with its UUID, the flag clears with an event.
+TEST_F(LifecycleTest, AGpuLostWhileRunningIsRecordedOnceAndClearedWhenItIsBack) {
+  auto id = create();
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  ASSERT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"});
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+  const auto commands_before = agent_->log.size();
+
+  // The daemon restarts and the host no longer reports GPU 0.
+  register_node1(node1_with({gpu(1, "GPU-sim-1")}));
+  auto lost = events_of_type("instance.gpu_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].resource, id);
+  EXPECT_EQ(lost[0].user, std::optional<std::string>(user_));
+  EXPECT_EQ(lost[0].data.at("uuid").as_string(), "GPU-sim-0");
+  EXPECT_EQ(lost[0].data.at("model").as_string(), "RTX 4090");
+  EXPECT_EQ(lost[0].data.at("health").as_string(), "missing");
+  EXPECT_NE(lost[0].message.find("GPU GPU-sim-0 (RTX 4090, last seen as GPU 0) is missing from host node-1"), std::string::npos)
+      << lost[0].message;
+  EXPECT_NE(lost[0].message.find("keeps running and billing"), std::string::npos) << lost[0].message;
+  auto operator_lost = events_of_type("host.gpu_lost");
+  ASSERT_EQ(operator_lost.size(), 1u);
+  EXPECT_FALSE(operator_lost[0].user) << "the operator's";
+  EXPECT_EQ(operator_lost[0].data.at("instance"), json::value(id));
+
+  Instance i = load(id);
+  EXPECT_EQ(i.state, S::running) << "not stopped for it";
+  EXPECT_EQ(i.gpu_uuids, std::vector<std::string>{"GPU-sim-0"}) << "the reservation stays on the physical GPU";
+  auto view = view_of(id);
+  ASSERT_TRUE(view.at("degraded").is_object()) << view;
+  EXPECT_EQ(view.at("degraded").at("gpus"), (json::array{"GPU-sim-0"}));
+  EXPECT_NE(view.at("degraded").at("reason").as_string().find("is missing from host node-1"), std::string::npos);
+  EXPECT_TRUE(view.at("degraded").at("since").is_string());
+  EXPECT_EQ(view.at("gpus").as_array()[0].at("health").as_string(), "missing");
+  EXPECT_EQ(agent_->log.size(), commands_before) << "nothing sent to the engine";
+
+  // Heartbeats saying the same, a registration saying the same: nothing new.
+  for (int n = 0; n < 3; ++n) reporter_->beat({gpu(1, "GPU-sim-1")});
+  pump([] { return false; }, std::chrono::milliseconds(50));
+  register_node1(node1_with({gpu(1, "GPU-sim-1")}));
+  // Back, but unhealthy: still the same loss, now with the host's error.
+  reporter_->beat({gpu(0, "GPU-sim-0", "nvmlDeviceGetMemoryInfo: GPU is lost"), gpu(1, "GPU-sim-1")});
+  ASSERT_TRUE(pump([&] { return view_of(id).at("gpus").as_array()[0].at("health").as_string() != "missing"; }));
+  EXPECT_NE(view_of(id).at("degraded").at("reason").as_string().find("is unhealthy: nvmlDeviceGetMemoryInfo: GPU is lost"),
+            std::string::npos);
+  EXPECT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
+  EXPECT_EQ(events_of_type("host.gpu_lost").size(), 1u);
+
+  // Healthy again with the same UUID: cleared, with an event each.
+  for (int n = 0; n < 3; ++n) reporter_->beat({gpu(0, "GPU-sim-0"), gpu(1, "GPU-sim-1")});
+  ASSERT_TRUE(pump([&] { return events_of_type("instance.gpu_recovered").size() == 1; }));
+  pump([] { return false; }, std::chrono::milliseconds(50));
+  EXPECT_EQ(events_of_type("instance.gpu_recovered").size(), 1u);
+  EXPECT_EQ(events_of_type("host.gpu_recovered").size(), 1u);
+  EXPECT_EQ(events_of_type("instance.gpu_recovered")[0].user, std::optional<std::string>(user_));
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+  EXPECT_EQ(view_of(id).at("gpus").as_array()[0].at("health").as_string(), "ok");
+  EXPECT_EQ(load(id).state, S::running);
+  EXPECT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
+
+  // A second loss is a new one.
+  reporter_->beat({gpu(0, "GPU-sim-0", "Xid 79: fell off the bus"), gpu(1, "GPU-sim-1")});
+  ASSERT_TRUE(pump([&] { return events_of_type("instance.gpu_lost").size() == 2; }));
+  EXPECT_EQ(events_of_type("instance.gpu_lost")[1].data.at("health").as_string(), "Xid 79: fell off the bus");
+}
+
+// Lost while its instance is stopped (an hourly one holds no GPU then): the operator's event
+// only; the start takes the other GPU and the instance is not flagged.
+TEST_F(LifecycleTest, AGpuLostWhileStoppedIsTheOperatorsOnlyAndTheStartTakesAnother) {
+  auto id = create();
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  register_node1(node1_with({gpu(1, "GPU-sim-1")}));
+  auto operator_lost = events_of_type("host.gpu_lost");
+  ASSERT_EQ(operator_lost.size(), 1u);
+  EXPECT_TRUE(operator_lost[0].data.at("instance").is_null());
+  EXPECT_EQ(operator_lost[0].data.at("uuid").as_string(), "GPU-sim-0");
+  EXPECT_TRUE(events_of_type("instance.gpu_lost").empty());
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+  act([&](store::Database& db) { return start_instance(db, config_, alice(), id, false, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  EXPECT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-1"});
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+}
+
+// A GPU replaced by another card (new UUID at its index): the old one stays missing and the
+// instance stays flagged while it runs; its next start takes a free GPU, and the flag is gone.
+TEST_F(LifecycleTest, AReplacedGpuKeepsTheInstanceFlaggedUntilItsNextStart) {
+  auto id = create();
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  register_node1(node1_with({gpu(0, "GPU-new-0"), gpu(1, "GPU-sim-1")}));
+  ASSERT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
+  EXPECT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"});
+  EXPECT_FALSE(view_of(id).at("degraded").is_null());
+  for (int n = 0; n < 3; ++n) reporter_->beat({gpu(0, "GPU-new-0"), gpu(1, "GPU-sim-1")});
+  pump([] { return false; }, std::chrono::milliseconds(50));
+  EXPECT_FALSE(view_of(id).at("degraded").is_null()) << "another UUID is another GPU";
+  EXPECT_TRUE(events_of_type("instance.gpu_recovered").empty());
+  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  act([&](store::Database& db) { return start_instance(db, config_, alice(), id, false, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  ASSERT_EQ(load(id).gpu_uuids.size(), 1u);
+  EXPECT_NE(load(id).gpu_uuids[0], "GPU-sim-0");
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+}
+
+// A subscription keeps its GPUs while stopped in its paid term, so a loss then is its
+// owner's too; its start gives up the lost GPU for a free one instead of starting on it.
+TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
+  config_.offers[0].price_per_gpu_week = 26600;
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
+  CreateRequest r;
+  r.name = "sub";
+  r.zone = "zone-a";
+  r.image = kBaseImageName;
+  r.gpu_model = "RTX 4090";
+  r.gpu_count = 1;
+  r.cpu = 8;
+  r.memory_gib = 32;
+  r.billing_mode = "weekly";
+  const std::string id = "i-sub";
+  auto created = store_->write_now([&](store::Database& db) { return create_instance(db, config_, alice(), id, r, clock_->now()); });
+  ASSERT_TRUE(created) << created.error().detail;
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  ASSERT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"}) << "kept in its paid term";
+  register_node1(node1_with({gpu(1, "GPU-sim-1")}));
+  auto lost = events_of_type("instance.gpu_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].message.find("keeps running"), std::string::npos) << "it is stopped: " << lost[0].message;
+  act([&](store::Database& db) { return start_instance(db, config_, alice(), id, false, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  EXPECT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-1"});
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
+}
+
+// Reports no NVML would make: the daemon records them, flags what it cannot tell apart, and
+// goes on serving; nothing is placed on an ambiguous GPU.
+TEST_F(LifecycleTest, OddGpuReportsNeverStopTheRegistry) {
+  auto id = create();
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  // One UUID at two indices: which device is it? Unhealthy, and its holder hears of it.
+  register_node1(node1_with({gpu(0, "GPU-sim-0"), gpu(1, "GPU-sim-0")}));
+  ASSERT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
+  EXPECT_NE(events_of_type("instance.gpu_lost")[0].data.at("health").as_string().find("reported this UUID twice"),
+            std::string::npos);
+  // Beats: an index reused by a UUID never registered, two UUIDs at one index, no UUID, no
+  // health, an unknown host, nothing at all.
+  reporter_->beat({gpu(0, "GPU-stranger")});
+  reporter_->beat({gpu(0, "GPU-sim-0"), gpu(0, "GPU-sim-1")});
+  reporter_->beat({gpu(0, ""), gpu(1, "GPU-sim-1", "")});
+  reporter_->beat({gpu(0, "GPU-sim-0")}, "node-9");
+  reporter_->beat({});
+  reporter_->beat({gpu(1, "GPU-sim-0"), gpu(1, "GPU-sim-0")});
+  pump([] { return false; }, std::chrono::milliseconds(100));
+  auto host = store_->read_now([](store::Database& db) { return market::find_host(db, "node-1"); });
+  ASSERT_TRUE(host && *host);
+  EXPECT_EQ((*host)->state, "ready");
+  for (const auto& g : (*host)->gpus) {
+    EXPECT_NE(g.uuid, "GPU-stranger") << "a beat does not add GPUs";
+    EXPECT_NE(g.health, "ok") << g.uuid << " was reported ambiguously";
+  }
+  EXPECT_EQ(load(id).state, S::running);
+  // Nothing free to place on: a second instance is refused, not failed.
+  CreateRequest r;
+  r.name = "two";
+  r.zone = "zone-a";
+  r.image = kBaseImageName;
+  r.gpu_model = "RTX 4090";
+  r.gpu_count = 1;
+  r.cpu = 8;
+  r.memory_gib = 32;
+  auto second = store_->write_now([&](store::Database& db) { return create_instance(db, config_, alice(), "i-two", r, clock_->now()); });
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, ErrorCode::no_capacity) << second.error().detail;
+  // A plain report again: both usable, the holder told so once.
+  reporter_->beat({gpu(0, "GPU-sim-0"), gpu(1, "GPU-sim-1")});
+  ASSERT_TRUE(pump([&] { return events_of_type("instance.gpu_recovered").size() == 1; }));
+  EXPECT_TRUE(view_of(id).at("degraded").is_null());
 }
 
 }  // namespace

@@ -282,6 +282,12 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   i.state_reason = "restart";
   i.host_key = "ssh-ed25519 AAAA";
   check("Instance", instances::instance_json(i, view, 0));
+  // Its GPU gone from the host: `degraded` and the GPU's health (since unknown, then known).
+  i.gpu_health = {instances::Instance::GpuHealth{"missing", 1, "RTX 4090", std::nullopt}};
+  check("Instance", instances::instance_json(i, view, 0));
+  i.gpu_health[0].lost_at = now;
+  check("Instance", instances::instance_json(i, view, 0));
+  EXPECT_TRUE(instances::instance_json(i, view, 0).at("degraded").is_object());
 
   instances::Image image;
   image.id = "img-1";
