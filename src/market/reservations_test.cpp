@@ -254,6 +254,46 @@ TEST_F(ReservationTest, AStartPrefersTheGpusTheHolderHadBefore) {
   EXPECT_EQ(moved->gpu_uuids, std::vector<std::string>{"GPU-sim-node-1-2"});
 }
 
+// Each loss is found once, by whichever report shows it first, and names the holder; a
+// beat changes only the GPUs of its own host that it names.
+TEST_F(ReservationTest, AGpuLossAndItsRecoveryAreFoundOnce) {
+  auto inv = host("node-1", 2);
+  add_host(inv);
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); }));
+  add_host(host("node-2", 1));
+  auto gone = inv;
+  gone.gpus.erase(gone.gpus.begin());  // GPU 0, held by i-a, falls off the bus
+  auto first = store_->write_now([&](store::Database& db) { return register_host(db, gone, config_, system_now()); });
+  ASSERT_TRUE(first) << first.error().detail;
+  ASSERT_EQ(first->changes.size(), 1u);
+  EXPECT_EQ(first->changes[0].kind, GpuChange::Kind::lost);
+  EXPECT_EQ(first->changes[0].uuid, "GPU-sim-node-1-0");
+  EXPECT_EQ(first->changes[0].health, "missing");
+  EXPECT_EQ(first->changes[0].holder, std::optional<std::string>("i-a"));
+  auto again = store_->write_now([&](store::Database& db) { return register_host(db, gone, config_, system_now()); });
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->changes.empty());
+  // node-2's beat naming node-1's GPU, and a UUID nobody registered: nothing.
+  auto foreign = store_->write_now([&](store::Database& db) {
+    return record_gpu_health(db, "node-2", {inv.gpus[0], agent::GpuInfo{5, "GPU-x", "RTX 4090", 0, "", "ok", true}},
+                             system_now());
+  });
+  ASSERT_TRUE(foreign);
+  EXPECT_TRUE(foreign->empty());
+  auto unknown_host = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-9", inv.gpus, system_now()); });
+  ASSERT_TRUE(unknown_host);
+  EXPECT_TRUE(unknown_host->empty());
+  // node-1's own beat names it healthy: recovered, once.
+  auto back = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, system_now()); });
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].kind, GpuChange::Kind::recovered);
+  EXPECT_TRUE((*back)[0].lost_at.has_value());
+  auto same = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, system_now()); });
+  ASSERT_TRUE(same);
+  EXPECT_TRUE(same->empty());
+}
+
 TEST(GpuMigration, ReservationsByIndexBecomeReservationsByUuid) {
   auto db = store::Database::open(temp_db(), false);
   ASSERT_TRUE(db);
