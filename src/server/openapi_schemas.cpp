@@ -100,8 +100,8 @@ json::object instance_schemas(json::object& s) {
       {{"reason", str("Which GPUs it holds are missing or unhealthy, and where they were last seen")},
        {"gpus", array_of(str(), "Their UUIDs")},
        {"since", nullable(time("When the first of them was found unusable; null when not recorded"))}},
-      "Some GPU it holds is missing or unhealthy. It keeps running (and billing) and its reservation stays on that "
-      "GPU; a stop frees it, and a start takes other free GPUs while it is gone");
+      "Some GPU it holds is missing or unhealthy. It keeps running (pay-as-you-go compute keeps billing) and its "
+      "reservation stays on that GPU; a stop frees it, and a start takes other free GPUs while it is gone");
   s["InstanceSsh"] = answer({{"host", str()},
                              {"port", integer("The host port that forwards to the instance's port 22")},
                              {"user", one_of({"root"})},
