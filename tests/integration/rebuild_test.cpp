@@ -187,6 +187,55 @@ TEST_F(RebuildTest, DOCKER_ROOT_AGpuGoneAtRestartIsMissingAndAStartNamesIt) {
   EXPECT_EQ(daemon_.get("/api/v1/instances/a", user_).json().at("state").as_string(), "running");
 }
 
+// A running instance whose GPU is gone at a daemon restart keeps running and says so: its
+// `degraded` names the GPU, its owner and the operator get one event each (a second restart
+// adds none); a restart with the GPU back clears it with an event.
+TEST_F(RebuildTest, DOCKER_ROOT_ARunningInstancesGpuGoneAtRestartIsFlaggedUntilItIsBack) {
+  auto a = create("a", 1);
+  auto b = create("b", 1);
+  const std::string b_id(b.at("id").as_string());
+  const std::string b_gpu = gpu_uuid(b);
+  const std::string container = container_id(b);
+  auto events_of = [&](const std::string& type, const std::string& token) {
+    const json::value doc = daemon_.get("/api/v1/events?limit=1000", token).json();
+    std::vector<json::object> out;
+    for (const auto& e : doc.at("items").as_array())
+      if (e.at("type").as_string() == type) out.push_back(e.as_object());
+    return out;
+  };
+  auto restart_with = [&](int gpus) {
+    daemon_.stop();
+    std::ofstream(daemon_.dir() + "/gpucloud.toml") << rebuild_config(gpus);
+    daemon_.start();
+  };
+  restart_with(1);  // GPU 1, b's, is gone
+  for (int round = 0; round < 2; ++round) {
+    const json::value shown = daemon_.get("/api/v1/instances/b", user_).json();
+    EXPECT_EQ(shown.at("state").as_string(), "running") << shown;
+    ASSERT_TRUE(shown.at("degraded").is_object()) << shown;
+    ASSERT_EQ(shown.at("degraded").at("gpus").as_array().size(), 1u) << shown;
+    EXPECT_EQ(shown.at("degraded").at("gpus").as_array()[0].as_string(), b_gpu);
+    EXPECT_EQ(shown.at("gpus").as_array()[0].at("health").as_string(), "missing") << shown;
+    EXPECT_TRUE(daemon_.get("/api/v1/instances/a", user_).json().at("degraded").is_null());
+    auto lost = events_of("instance.gpu_lost", user_);
+    ASSERT_EQ(lost.size(), 1u) << "round " << round;
+    EXPECT_EQ(lost[0].at("resource").as_string(), b_id);
+    EXPECT_EQ(lost[0].at("data").at("uuid").as_string(), b_gpu);
+    auto operator_lost = events_of("host.gpu_lost", daemon_.admin_token());
+    ASSERT_EQ(operator_lost.size(), 1u);
+    EXPECT_EQ(operator_lost[0].at("data").at("instance").as_string(), b_id);
+    if (round == 0) restart_with(1);  // the same report again: nothing new
+  }
+  EXPECT_EQ(container_id(b), container) << "the container was left alone";
+  restart_with(2);
+  const json::value back = daemon_.get("/api/v1/instances/b", user_).json();
+  EXPECT_TRUE(back.at("degraded").is_null()) << back;
+  EXPECT_EQ(back.at("state").as_string(), "running");
+  EXPECT_EQ(gpu_uuid(back), b_gpu);
+  EXPECT_EQ(events_of("instance.gpu_recovered", user_).size(), 1u);
+  EXPECT_EQ(events_of("host.gpu_recovered", daemon_.admin_token()).size(), 1u);
+}
+
 class FlattenTest : public RebuildTest {
  protected:
   FlattenTest() : RebuildTest({{"GPUCLOUD_MAX_SYSTEM_IMAGE_LAYERS", "2"}}) {}
