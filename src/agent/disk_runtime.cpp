@@ -19,6 +19,7 @@
 #include "agent/disks/disk_tools.h"
 #include "agent/local_agent.h"
 #include "agent/log_text.h"
+#include "core/fault_points.h"
 #include "core/offload.h"
 
 namespace gpucloud::agent {
@@ -355,6 +356,7 @@ awaitable<Result<json::object>> DiskRuntime::remove_disk(Driver& driver, json::o
       if (auto s = disks::write_file_durably(tombstone, json::serialize(json::object{{"generation", fence}})); !s) {
         return fail(std::move(s.error()));
       }
+      fault_point("agent.disk.remove.after_tombstone");
     }
     auto found = impl->inspect(id);
     if (!found) return fail(std::move(found.error()));
@@ -505,6 +507,7 @@ awaitable<Result<std::vector<Mount>>> DiskRuntime::attach_on_strand(std::string 
       failed = fail(path.error().code, "data_disks[" + std::to_string(i) + "]: " + path.error().detail);
       break;
     }
+    fault_point("agent.disk.attach.after_mount");
     if (attached_to(disk).empty()) newly.push_back(disk);
     claims_[disk] = Claim{instance_id, *driver};
     mounts.push_back(Mount{*path, want.mount_path, false});
@@ -537,6 +540,7 @@ awaitable<void> DiskRuntime::detach_on_strand(std::string instance_id) {
     AsyncLock& lock = lock_for("disk:" + disk);
     co_await lock.lock();
     Held held(lock);
+    fault_point("agent.disk.detach.before_unmount");
     disks::DiskDriver* impl = driver->impl.get();
     const std::string id = disk;
     auto job = [impl, id]() -> Status { return impl->unmount(id); };

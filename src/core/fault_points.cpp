@@ -27,6 +27,17 @@ constexpr std::string_view kKnown[] = {
     "disk.after_agent",
     "disk.destroy.before_state_commit",
     "snapshot.after_agent",
+    //   after an action's commit (attach, detach, grow, delete, restore), before DiskService acts
+    "disk.before_converge",
+    //   the recycle bin's purge committed `deleting`, no disk.remove sent yet
+    "disk.purge.after_sweep_commit",
+    // data disks on the agent (agent/disk_runtime.cpp, agent/disks/loop_ext4_driver.cpp)
+    "agent.disk.create.before_rename",      // the image made under .tmp/, not in place yet
+    "agent.disk.grow.before_resize2fs",     // the image file (and loop device) bigger, ext4 not yet
+    "agent.disk.snapshot.after_copy",       // copied under .tmp/ while frozen, not thawed or renamed yet
+    "agent.disk.remove.after_tombstone",    // the tombstone written, the image still there
+    "agent.disk.attach.after_mount",        // mounted on the host for a start, no container bound yet
+    "agent.disk.detach.before_unmount",     // the container stopped, the host mount not removed yet
     // billing (billing/meters.cpp): inside a settlement, its ledger entries written, the meters not yet
     "billing.settle.after_ledger_insert",
 };

@@ -49,7 +49,12 @@ DiskService::~DiskService() {
   if (retention_timer_) clock_.cancel(*retention_timer_);
 }
 
-void DiskService::kick_disk(const std::string& id) { asio::co_spawn(loop_, converge_disk(id), asio::detached); }
+void DiskService::kick_disk(const std::string& id) {
+  // The handlers kick after an action's commit: a crash here is one after the commit whose
+  // answer never left and whose effect (a grow, the bin's timer) was not started.
+  fault_point("disk.before_converge");
+  asio::co_spawn(loop_, converge_disk(id), asio::detached);
+}
 void DiskService::kick_snapshot(const std::string& id) { asio::co_spawn(loop_, converge_snapshot(id), asio::detached); }
 
 asio::awaitable<void> DiskService::rearm_recycle_bin() { co_await schedule_retention(); }
@@ -446,6 +451,7 @@ asio::awaitable<Status> DiskService::retention_due() {
   };
   auto due = co_await store_.write(std::move(sweep));
   if (!due) co_return fail(due.error());
+  if (!due->first.empty()) fault_point("disk.purge.after_sweep_commit");
   // Destroyed before the timer returns, so an advance of the test clock sees them gone.
   for (const auto& id : due->first) {
     auto s = co_await disk_step(id);

@@ -18,6 +18,7 @@
 
 #include "agent/disks/disk_tools.h"
 #include "agent/disks/ext4_superblock.h"
+#include "core/fault_points.h"
 
 namespace gpucloud::agent::disks {
 
@@ -77,14 +78,6 @@ std::vector<std::string> ids_in(const std::string& dir, std::string_view suffix)
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// The size the kernel gives a loop device (its capacity, not its file's size).
-std::int64_t loop_device_bytes(const std::string& device) {
-  const std::string name = fs::path(device).filename().string();
-  auto text = read_small_file("/sys/block/" + name + "/size");
-  if (!text) return -1;
-  return std::strtoll(text->c_str(), nullptr, 10) * 512;
 }
 
 // Attached loop devices backed by `image`.
@@ -273,6 +266,7 @@ Status LoopExt4Driver::create(const std::string& disk_id, std::int64_t size_byte
     (void)remove_file(tmp);
     return fail(std::move(made.error()));
   }
+  fault_point("agent.disk.create.before_rename");
   return rename_durably(tmp, image_path(disk_id));
 }
 
@@ -320,6 +314,7 @@ Status LoopExt4Driver::create_from_snapshot(const std::string& disk_id, const st
     (void)remove_file(tmp);
     return made;
   }
+  fault_point("agent.disk.create.before_rename");
   return rename_durably(tmp, image_path(disk_id));
 }
 
@@ -333,24 +328,27 @@ Status LoopExt4Driver::grow(const std::string& disk_id, std::int64_t size_bytes)
   auto device = mounted_device(disk_id);
   if (!device) return fail(std::move(device.error()));
   if (size_bytes == current) {
-    // The file may have grown before a crash stopped the resize: finish it.
-    if (!device->empty()) {
-      if (loop_device_bytes(*device) >= current) return ok();
-      return resize_online(disk_id, *device);
-    }
+    // The file may have grown before a crash stopped the resize: finish it. Mounted, the
+    // loop device's capacity says nothing of ext4's (a crash between losetup --set-capacity
+    // and resize2fs left the first done), and both steps do nothing once done.
+    if (!device->empty()) return resize_online(disk_id, *device);
     auto sb = read_ext4_superblock(image);
     if (!sb) return fail(std::move(sb.error()));
     if (sb->device_bytes() + 4 * kMiB >= current) return ok();
     return resize_offline(image);
   }
   if (auto s = set_file_size(image, size_bytes); !s) return s;
-  if (device->empty()) return resize_offline(image);
+  if (device->empty()) {
+    fault_point("agent.disk.grow.before_resize2fs");
+    return resize_offline(image);
+  }
   return resize_online(disk_id, *device);
 }
 
 Status LoopExt4Driver::resize_online(const std::string& disk_id, const std::string& device) const {
   // The loop device learns the new file size, then ext4 grows into it.
   if (auto s = run_tool({"losetup", "--set-capacity", device}, kUtilLinux); !s) return fail(std::move(s.error()));
+  fault_point("agent.disk.grow.before_resize2fs");
   auto resized = run_tool({"resize2fs", device}, kE2fsprogs, kCheckTimeout);
   if (!resized) {
     // The kernel allows an online resize only with CAP_SYS_RESOURCE, which some sandboxes
@@ -494,6 +492,7 @@ Result<SnapshotInfo> LoopExt4Driver::snapshot(const std::string& disk_id, const 
       if (auto s = frozen.freeze(); !s) return fail(std::move(s.error()));
     }
     auto copied = run_tool({"cp", "--sparse=always", "--", image, tmp}, kCoreutils, kCopyTimeout);
+    fault_point("agent.disk.snapshot.after_copy");
     auto thawed = frozen.thaw();
     if (!copied) {
       (void)remove_file(tmp);
