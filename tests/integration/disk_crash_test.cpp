@@ -530,7 +530,7 @@ TEST_F(DiskStepsTest, DOCKER_ROOT_SERIAL_DockerdRestartWhileADiskGrowsAndSnapsho
 }
 
 // SERIAL_: it stops dockerd.
-TEST_F(DiskStepsTest, DOCKER_ROOT_SERIAL_AStartWhileDockerdIsDownLeaksNoMountAndTheNextStartMountsTheDisk) {
+TEST_F(DiskStepsTest, DOCKER_ROOT_SERIAL_StartAndCreateWhileDockerdIsDownLeakNoMountAndLoseNoDisk) {
   GPUCLOUD_NEED("dockerd-restart", shell("test -f /var/run/gpucloud/dockerd.pid && echo ours") == "ours\n",
                 "dockerd was not started by scripts/start-dockerd.sh; not restarting someone else's engine");
   const std::string disk_id = make_disk("vault", 1);
@@ -551,15 +551,30 @@ TEST_F(DiskStepsTest, DOCKER_ROOT_SERIAL_AStartWhileDockerdIsDownLeaksNoMountAnd
   EXPECT_NE(json::serialize(failed).find("start failed"), std::string::npos) << json::serialize(failed);
   expect_nothing_leaked(0);
   EXPECT_EQ(state_of(disk(disk_id)), "attached");
+  // A create with a new disk: the disk is made (no engine needed), the container is not.
+  auto fresh = daemon_->post("/api/v1/instances", {{"name", "fresh"}, {"gpu_count", 0}, {"ssh_keys", json::array{"laptop"}},
+                                                   {"data_disks", json::array{json::object{{"size_gib", 1}}}}},
+                             user_);
+  ASSERT_EQ(fresh.status, 202) << fresh.body;
+  auto errored = daemon_->wait_for_state("fresh", "error", user_);
+  ASSERT_EQ(state_of(errored), "error") << json::serialize(errored);
+  const std::string fresh_disk = std::string(errored.at("data_disks").as_array().at(0).at("id").as_string());
+  EXPECT_TRUE(exists(image(fresh_disk)));
+  expect_nothing_leaked(0);
   engine.up();
   ASSERT_TRUE(wait_until(EngineRestarts::answers, 30s, "dockerd to answer again", 100ms));
+  // Released, the failed instance hands its new disk back, kept.
+  ASSERT_EQ(daemon_->request("DELETE", "/api/v1/instances/fresh", "", user_).status, 202);
+  daemon_->wait_for_state("fresh", "released", user_);
+  EXPECT_TRUE(wait_disk(fresh_disk, "available"));
+  EXPECT_TRUE(exists(image(fresh_disk)));
 
   box = start_instance("box");
   ASSERT_EQ(state_of(box), "running") << json::serialize(box);
   EXPECT_EQ(remote_sum(box, "/root/data/blob"), sum);
   EXPECT_TRUE(remote_write(box, "/root/data/after"));
   expect_nothing_leaked(1);
-  EXPECT_EQ(all_disks(), 1u);
+  EXPECT_EQ(all_disks(), 2u);
 }
 
 }  // namespace
