@@ -3,13 +3,19 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
+#include <mutex>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
 #include <spdlog/spdlog.h>
@@ -43,7 +49,103 @@ GpuInfo to_info(const gpu::GpuDevice& d) {
 }
 
 std::string quoted_for_log(const std::string& text) { return boost::json::serialize(boost::json::string(text)); }
+
+// nvmlErrorString(NVML_ERROR_GPU_IS_LOST), inside every error a call on a fallen GPU gives.
+constexpr std::string_view kGpuLostError = "GPU is lost";
+// The health the control plane shows for a GPU its host no longer reports (market::kGpuMissing).
+constexpr const char* kMissingHealth = "missing";
+
+bool same_gpus(const std::vector<GpuInfo>& a, const std::vector<GpuInfo>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const GpuInfo& x, const GpuInfo& y) {
+    return x.index == y.index && x.uuid == y.uuid && x.health == y.health && x.model == y.model &&
+           x.memory_bytes == y.memory_bytes && x.pci_bus_id == y.pci_bus_id && x.simulated == y.simulated;
+  });
+}
+
+// A host's GPUs after a rediscovery, as a heartbeat must say them: a heartbeat only updates
+// the health of UUIDs the host registered, so each GPU of `last` stays in the list. One that
+// NVML still counts but cannot name (a GPU fallen off the bus answers "GPU is lost" from its
+// UUID on) keeps its identity at its index, with NVML's error as health; one not counted
+// any more is "missing". A new UUID is listed too (the registry records it at the host's
+// next registration).
+std::vector<GpuInfo> merge_discovery(const std::vector<GpuInfo>& last, const std::vector<gpu::GpuDevice>& found) {
+  std::set<std::string> found_uuids;
+  for (const auto& d : found)
+    if (!d.uuid.empty()) found_uuids.insert(d.uuid);
+  std::vector<const GpuInfo*> unfound;  // GPUs of `last` not found by UUID
+  for (const auto& g : last)
+    if (!g.uuid.empty() && !found_uuids.count(g.uuid)) unfound.push_back(&g);
+
+  std::vector<GpuInfo> out;
+  for (const auto& d : found) {
+    GpuInfo info = to_info(d);
+    if (info.uuid.empty()) {
+      auto known = std::find_if(unfound.begin(), unfound.end(),
+                                [&](const GpuInfo* g) { return g && g->index == d.index; });
+      if (known != unfound.end()) {
+        info = **known;
+        info.health = d.healthy() ? "no UUID reported" : d.health;
+        *known = nullptr;
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  // Two GPUs at one index make the registry mark both unhealthy: a missing GPU whose index
+  // another now has is listed past the others (a heartbeat never moves a recorded index).
+  std::set<int> taken;
+  for (const auto& g : out) taken.insert(g.index);
+  for (const GpuInfo* g : unfound) {
+    if (!g) continue;
+    GpuInfo info = *g;
+    info.health = kMissingHealth;
+    if (taken.count(info.index)) info.index = *taken.rbegin() + 1;
+    taken.insert(info.index);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::string gpus_for_log(const std::vector<GpuInfo>& gpus) {
+  boost::json::array out;
+  for (const auto& g : gpus) out.push_back(boost::json::object{{"index", g.index}, {"uuid", g.uuid}, {"health", g.health}});
+  return boost::json::serialize(out);
+}
 }  // namespace
+
+// The host's source as the agent uses it: notes each index whose sample found the GPU lost
+// (on the sampling thread), for the loop to read after the round.
+class LocalAgent::WatchedInventory final : public gpu::GpuInventorySource {
+ public:
+  explicit WatchedInventory(std::unique_ptr<gpu::GpuInventorySource> source) : source_(std::move(source)) {}
+  Result<std::vector<gpu::GpuDevice>> discover() override { return source_->discover(); }
+  Result<gpu::GpuSample> sample(int index) override {
+    auto sample = source_->sample(index);
+    if (!sample && sample.error().detail.find(kGpuLostError) != std::string::npos) {
+      std::lock_guard lock(mu_);
+      lost_.insert(index);
+    }
+    return sample;
+  }
+  std::string_view kind() const override { return source_->kind(); }
+  std::set<int> take_lost() {
+    std::lock_guard lock(mu_);
+    return std::exchange(lost_, {});
+  }
+
+ private:
+  std::unique_ptr<gpu::GpuInventorySource> source_;
+  std::mutex mu_;
+  std::set<int> lost_;
+};
+
+struct LocalAgent::Watch {
+  explicit Watch(asio::any_io_executor loop) : timer(loop) {}
+  bool stopped = false;         // set by the agent's destructor
+  LocalAgent* agent = nullptr;  // valid while !stopped
+  asio::steady_timer timer;
+  std::chrono::milliseconds interval{};
+  bool woken = false;  // a sample found a listed GPU lost: rediscover without waiting
+};
 
 struct LocalAgent::Sampling {
   explicit Sampling(asio::any_io_executor loop) : timer(loop) {}
@@ -73,16 +175,19 @@ LocalAgent::LocalAgent(asio::any_io_executor loop, const config::Config& config,
     : loop_(loop),
       heartbeat_interval_(heartbeat_interval),
       heartbeat_timer_(loop),
-      sample_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(config.monitoring.sample_interval)) {
+      sample_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(config.monitoring.sample_interval)),
+      inventory_interval_(heartbeat_interval) {
   for (auto& host : effective_hosts(config)) {
     ServedHost served;
+    std::unique_ptr<gpu::GpuInventorySource> source;
     if (host.uses_nvml()) {
-      served.inventory = std::make_unique<gpu::NvmlInventory>();
+      source = std::make_unique<gpu::NvmlInventory>();
     } else {
       std::vector<gpu::SimulatedGpuSpec> specs;
       for (const auto& g : host.simulated_gpus) specs.push_back({g.model, g.memory_gib, g.count});
-      served.inventory = std::make_unique<gpu::SimulatedInventory>(host.name, std::move(specs));
+      source = std::make_unique<gpu::SimulatedInventory>(host.name, std::move(specs));
     }
+    served.inventory = std::make_unique<WatchedInventory>(std::move(source));
     served.config = std::move(host);
     hosts_.push_back(std::move(served));
   }
@@ -94,7 +199,11 @@ LocalAgent::~LocalAgent() {
     sampling_->stopped = true;
     sampling_->timer.cancel();
   }
-  // A round still reading on the sampling thread uses the hosts' inventories: wait for it.
+  if (watch_) {
+    watch_->stopped = true;
+    watch_->timer.cancel();
+  }
+  // A round or a rediscovery still reading on the sampling thread uses the hosts' inventories: wait for it.
   sampling_thread_.join();
 }
 
@@ -127,7 +236,112 @@ asio::awaitable<Result<std::vector<HostInventory>>> LocalAgent::register_hosts()
   for (auto& host : hosts_) out.push_back(discover(host));
   schedule_heartbeat();
   start_sampling();
+  start_watching();
   co_return out;
+}
+
+bool LocalAgent::set_inventory_source(const std::string& host_name, std::unique_ptr<gpu::GpuInventorySource> source) {
+  for (auto& host : hosts_) {
+    if (host.config.name != host_name) continue;
+    host.inventory = std::make_unique<WatchedInventory>(std::move(source));
+    return true;
+  }
+  return false;
+}
+
+void LocalAgent::start_watching() {
+  // Simulated inventories never change: nothing to watch.
+  const bool any_real = std::any_of(hosts_.begin(), hosts_.end(),
+                                    [](const ServedHost& h) { return h.inventory->kind() != "simulated"; });
+  if (watch_ || !any_real) return;
+  watch_ = std::make_shared<Watch>(loop_);
+  watch_->agent = this;
+  watch_->interval = std::max(inventory_interval_, std::chrono::milliseconds(10));
+  asio::co_spawn(loop_, watch_forever(watch_), asio::detached);
+}
+
+asio::awaitable<void> LocalAgent::watch_forever(std::shared_ptr<Watch> w) {
+  using Found = std::vector<Result<std::vector<gpu::GpuDevice>>>;
+  for (;;) {
+    if (!w->woken) {
+      w->timer.expires_after(w->interval);
+      boost::system::error_code ec;
+      co_await w->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (w->stopped) co_return;
+    w->woken = false;
+    try {
+      std::vector<std::size_t> which;
+      std::vector<gpu::GpuInventorySource*> sources;
+      for (std::size_t i = 0; i < w->agent->hosts_.size(); ++i) {
+        auto* source = w->agent->hosts_[i].inventory.get();
+        if (source->kind() == "simulated") continue;
+        which.push_back(i);
+        sources.push_back(source);
+      }
+      // On the sampling thread: NVML calls may block, and never overlap a sampling round.
+      auto job = [sources]() -> Found {
+        Found out;
+        for (auto* source : sources) {
+          try {
+            out.push_back(source->discover());
+          } catch (const std::exception& e) {
+            out.push_back(fail(ErrorCode::internal, std::string("GPU discovery threw: ") + e.what()));
+          }
+        }
+        return out;
+      };
+      auto found = co_await offload<Found>(w->agent->sampling_thread_.get_executor(), std::move(job));
+      if (w->stopped) co_return;
+      for (std::size_t k = 0; k < which.size(); ++k) w->agent->apply_discovery(w->agent->hosts_[which[k]], std::move(found[k]));
+    } catch (const std::exception& e) {
+      spdlog::error(R"({{"event":"gpu_rediscovery_failed","error":{}}})", quoted_for_log(e.what()));
+    }
+  }
+}
+
+void LocalAgent::apply_discovery(ServedHost& host, Result<std::vector<gpu::GpuDevice>> found) {
+  std::vector<GpuInfo> gpus;
+  if (!found) {
+    // One failed enumeration says nothing about any GPU (the list stays); a driver that keeps
+    // failing makes them unusable, so they are then reported with its error.
+    ++host.discovery_failures;
+    if (found.error().detail != host.last_discovery_error) {
+      host.last_discovery_error = found.error().detail;
+      spdlog::warn(R"({{"event":"gpu_rediscovery_failed","host":"{}","error":{}}})", host.config.name,
+                   quoted_for_log(host.last_discovery_error));
+    }
+    if (host.discovery_failures < kDiscoveryFailuresBeforeUnhealthy) return;
+    gpus = host.last.gpus;
+    for (auto& g : gpus)
+      if (g.health != kMissingHealth) g.health = found.error().detail;
+  } else {
+    if (host.discovery_failures > 0)
+      spdlog::info(R"({{"event":"gpu_rediscovery_works_again","host":"{}"}})", host.config.name);
+    host.discovery_failures = 0;
+    host.last_discovery_error.clear();
+    gpus = merge_discovery(host.last.gpus, *found);
+  }
+  if (same_gpus(gpus, host.last.gpus)) return;
+  spdlog::warn(R"({{"event":"gpu_inventory_changed","host":"{}","was":{},"now":{}}})", host.config.name,
+               gpus_for_log(host.last.gpus), gpus_for_log(gpus));
+  host.last.gpus = std::move(gpus);
+  send_heartbeat(host);
+}
+
+void LocalAgent::note_lost_samples() {
+  bool wake = false;
+  for (auto& host : hosts_) {
+    for (int index : host.inventory->take_lost()) {
+      // Already listed unhealthy: its samples keep failing, and that is no news.
+      wake = wake || std::any_of(host.last.gpus.begin(), host.last.gpus.end(),
+                                 [&](const GpuInfo& g) { return g.index == index && g.health == "ok"; });
+    }
+  }
+  if (wake && watch_) {
+    watch_->woken = true;
+    watch_->timer.cancel();
+  }
 }
 
 void LocalAgent::start_sampling() {
@@ -188,6 +402,7 @@ asio::awaitable<void> LocalAgent::sample_forever(std::shared_ptr<Sampling> s) {
                                                              std::move(round_job));
       if (s->stopped) co_return;
       s->stale = std::move(round.stale);
+      s->agent->note_lost_samples();
       for (auto& report : round.reports) {
         if (s->stopped || !s->agent->sample_sink_) break;
         s->agent->sample_sink_(std::move(report));
@@ -207,11 +422,13 @@ void LocalAgent::schedule_heartbeat() {
   heartbeat_timer_.expires_after(heartbeat_interval_);
   heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
-    if (heartbeat_sink_) {
-      for (auto& host : hosts_) heartbeat_sink_(Heartbeat{host.config.name, ++heartbeat_sequence_, host.last.gpus});
-    }
+    for (const auto& host : hosts_) send_heartbeat(host);
     schedule_heartbeat();
   });
+}
+
+void LocalAgent::send_heartbeat(const ServedHost& host) {
+  if (heartbeat_sink_) heartbeat_sink_(Heartbeat{host.config.name, ++heartbeat_sequence_, host.last.gpus});
 }
 
 asio::awaitable<Result<std::unique_ptr<TerminalSession>>> LocalAgent::open_terminal(std::string host_name,

@@ -48,6 +48,22 @@ class LocalAgent : public HostAgent {
   // Tests: read cgroups through this /proc instead (a fake tree; see sampling/cgroup_reader.h).
   void set_sampling_proc_root(std::string proc_root) { sampling_proc_root_ = std::move(proc_root); }
 
+  // GPU health while running: every `inventory_interval` (default: the heartbeat interval)
+  // each host whose inventory is not simulated is discovered again on the sampling thread,
+  // and at once when a sampling round finds a GPU the last discovery called healthy lost. A
+  // list that differs from the last (a GPU gone, its health, a new UUID, a moved index)
+  // replaces it and goes out in a heartbeat for that host right away; an unchanged one
+  // sends nothing extra. A heartbeat carries only health (the registry ignores UUIDs it
+  // never registered and never moves an index), so a GPU no longer enumerated is kept in the
+  // list as "missing" rather than left out (a GPU a beat leaves out keeps its record). A
+  // failed discovery keeps the last list; kDiscoveryFailuresBeforeUnhealthy in a row mark
+  // every GPU of the host with the error, until one succeeds.
+  static constexpr int kDiscoveryFailuresBeforeUnhealthy = 3;
+  // Tests: another interval (before register_hosts).
+  void set_inventory_interval(std::chrono::milliseconds interval) { inventory_interval_ = interval; }
+  // Tests: this host's GPUs come from `source` (before register_hosts); false: no such host.
+  bool set_inventory_source(const std::string& host_name, std::unique_ptr<gpu::GpuInventorySource> source);
+
   void add_command_handler(std::string kind, CommandHandler handler) { handlers_[std::move(kind)] = std::move(handler); }
 
   using TerminalOpener = std::function<boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>>(
@@ -61,14 +77,26 @@ class LocalAgent : public HostAgent {
   static std::vector<config::Host> effective_hosts(const config::Config& config);
 
  private:
+  class WatchedInventory;  // the host's source, noting samples that find a GPU lost
   struct ServedHost {
     config::Host config;
-    // Also read by the sampling thread while a round runs (the destructor waits for it).
-    std::unique_ptr<gpu::GpuInventorySource> inventory;
+    // Also used by the sampling thread while a round or a rediscovery runs (the destructor
+    // waits for it).
+    std::unique_ptr<WatchedInventory> inventory;
     HostInventory last;
+    int discovery_failures = 0;       // in a row, since the last discovery that worked
+    std::string last_discovery_error;  // logged once per distinct error
   };
   struct Sampling;  // the sampler's state, shared with its rounds in flight
+  struct Watch;     // the rediscovery loop's state, shared with its discoveries in flight
   HostInventory discover(ServedHost& host);
+  void start_watching();
+  static boost::asio::awaitable<void> watch_forever(std::shared_ptr<Watch> watch);
+  // A rediscovery's answer for `host`: replaces its GPUs and sends a heartbeat when they changed.
+  void apply_discovery(ServedHost& host, Result<std::vector<gpu::GpuDevice>> found);
+  // After a sampling round: a GPU listed healthy that a sample found lost wakes the watch.
+  void note_lost_samples();
+  void send_heartbeat(const ServedHost& host);
   void schedule_heartbeat();
   void start_sampling();
   static boost::asio::awaitable<void> sample_forever(std::shared_ptr<Sampling> sampling);
@@ -91,6 +119,8 @@ class LocalAgent : public HostAgent {
   std::chrono::milliseconds sample_interval_;
   std::string sampling_proc_root_ = "/proc";
   std::shared_ptr<Sampling> sampling_;  // set once sampling started
+  std::chrono::milliseconds inventory_interval_;
+  std::shared_ptr<Watch> watch_;  // set once rediscovery started (only with a real inventory)
   // Every blocking read of a round (cgroup files, NVML) runs here, never on the loop.
   boost::asio::thread_pool sampling_thread_{1};
 };
