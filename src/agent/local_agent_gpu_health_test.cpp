@@ -3,8 +3,11 @@
 // changed list goes out in a heartbeat right away, an unchanged one sends nothing extra. A
 // GPU no longer enumerated is kept in the list as "missing" (a heartbeat that left it out
 // would leave its record as it was); a failed discovery keeps the list until it keeps failing.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -14,6 +17,11 @@
 #include <gtest/gtest.h>
 
 #include "agent/local_agent.h"
+#include "core/time_format.h"
+#include "events/events.h"
+#include "market/hosts.h"
+#include "server/host_registry.h"
+#include "store/store.h"
 
 namespace gpucloud::agent {
 namespace {
@@ -316,6 +324,71 @@ TEST(LocalAgentGpuHealth, DestroyedWhileADiscoveryRunsTheLoopGoesOn) {
   f.agent.reset();       // waits for it
   run_for(f.ioc, 100ms);
   EXPECT_TRUE(f.beats.empty());
+}
+
+// The whole path while the daemon runs: the agent's beat reaches a real HostRegistry, which
+// records the GPU lost (gpus.lost_at, host.gpu_lost; an instance holding it shows degraded,
+// see lifecycle_test) and back.
+TEST(LocalAgentGpuHealth, TheRegistryRecordsAGpuLostAndBackWhileTheAgentRuns) {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("gpucloud-gpu-health-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    auto opened = store::Store::open((dir / "test.db").string(), 2);
+    ASSERT_TRUE(opened);
+    auto store = std::move(*opened);
+    auto config = nvml_host_config();
+    config.zones.push_back(config::Zone{"zone-a", "local", ""});
+    net::io_context ioc;
+    PlatformClock clock(ioc.get_executor(), true, system_now());
+    auto gpus = std::make_shared<FakeGpus>();
+    gpus->set(std::vector<gpu::GpuDevice>{device(0, "GPU-a"), device(1, "GPU-b")});
+    auto agent = std::make_unique<LocalAgent>(ioc.get_executor(), config, 1h);
+    agent->set_inventory_interval(20ms);
+    ASSERT_TRUE(agent->set_inventory_source("gpu-host", std::make_unique<FakeInventory>(gpus)));
+    server::HostRegistry registry(ioc.get_executor(), config, *store, clock, std::move(agent), 1h, 1h);
+    std::optional<Status> started;
+    net::co_spawn(ioc, registry.start(), [&](std::exception_ptr, Status s) { started = std::move(s); });
+    ASSERT_TRUE(run_until(ioc, [&] { return started.has_value(); }, 10s));
+    ASSERT_TRUE(*started) << started->error().detail;
+
+    auto events_of = [&](const std::string& type) {
+      events::Query q;
+      q.limit = 1000;
+      auto all = store->read_now([&](store::Database& db) { return events::list(db, q); });
+      std::vector<events::Event> out;
+      if (all)
+        for (auto& e : *all)
+          if (e.type == type) out.push_back(std::move(e));
+      return out;
+    };
+    auto health_of = [&](const std::string& uuid) {
+      auto host = store->read_now([&](store::Database& db) { return market::find_host(db, "gpu-host"); });
+      if (!host || !*host) return std::string("no host");
+      for (const auto& g : (*host)->gpus)
+        if (g.uuid == uuid) return g.health;
+      return std::string("no GPU");
+    };
+    EXPECT_EQ(health_of("GPU-b"), "ok");
+
+    gpus->set(std::vector<gpu::GpuDevice>{device(0, "GPU-a"), gpu::GpuDevice{1, "", "", 0, "", "nvmlDeviceGetUUID: GPU is lost", false}});
+    ASSERT_TRUE(run_until(ioc, [&] { return events_of("host.gpu_lost").size() == 1; }, 5s));
+    EXPECT_EQ(events_of("host.gpu_lost")[0].data.at("uuid").as_string(), "GPU-b");
+    EXPECT_EQ(health_of("GPU-b"), "nvmlDeviceGetUUID: GPU is lost");
+    EXPECT_EQ(health_of("GPU-a"), "ok");
+
+    // Gone from the bus altogether: still the same loss.
+    gpus->set(std::vector<gpu::GpuDevice>{device(0, "GPU-a")});
+    ASSERT_TRUE(run_until(ioc, [&] { return health_of("GPU-b") == "missing"; }, 5s));
+    run_for(ioc, 100ms);
+    EXPECT_EQ(events_of("host.gpu_lost").size(), 1u);
+
+    gpus->set(std::vector<gpu::GpuDevice>{device(0, "GPU-a"), device(1, "GPU-b")});
+    ASSERT_TRUE(run_until(ioc, [&] { return events_of("host.gpu_recovered").size() == 1; }, 5s));
+    EXPECT_EQ(health_of("GPU-b"), "ok");
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace
