@@ -249,11 +249,12 @@ bool LocalAgent::set_inventory_source(const std::string& host_name, std::unique_
   return false;
 }
 
+// Simulated inventories never change; a host registered without GPUs (no driver, a CPU-only
+// machine) has none a heartbeat could speak of (a beat never adds one): neither is watched.
+bool LocalAgent::watched(const ServedHost& host) { return host.inventory->kind() != "simulated" && !host.last.gpus.empty(); }
+
 void LocalAgent::start_watching() {
-  // Simulated inventories never change: nothing to watch.
-  const bool any_real = std::any_of(hosts_.begin(), hosts_.end(),
-                                    [](const ServedHost& h) { return h.inventory->kind() != "simulated"; });
-  if (watch_ || !any_real) return;
+  if (watch_ || std::none_of(hosts_.begin(), hosts_.end(), watched)) return;
   watch_ = std::make_shared<Watch>(loop_);
   watch_->agent = this;
   watch_->interval = std::max(inventory_interval_, std::chrono::milliseconds(10));
@@ -274,10 +275,9 @@ asio::awaitable<void> LocalAgent::watch_forever(std::shared_ptr<Watch> w) {
       std::vector<std::size_t> which;
       std::vector<gpu::GpuInventorySource*> sources;
       for (std::size_t i = 0; i < w->agent->hosts_.size(); ++i) {
-        auto* source = w->agent->hosts_[i].inventory.get();
-        if (source->kind() == "simulated") continue;
+        if (!watched(w->agent->hosts_[i])) continue;
         which.push_back(i);
-        sources.push_back(source);
+        sources.push_back(w->agent->hosts_[i].inventory.get());
       }
       // On the sampling thread: NVML calls may block, and never overlap a sampling round.
       auto job = [sources]() -> Found {

@@ -49,7 +49,7 @@ class LocalAgent : public HostAgent {
   void set_sampling_proc_root(std::string proc_root) { sampling_proc_root_ = std::move(proc_root); }
 
   // GPU health while running: every `inventory_interval` (default: the heartbeat interval)
-  // each host whose inventory is not simulated is discovered again on the sampling thread,
+  // each host registered with GPUs not simulated is discovered again on the sampling thread,
   // and at once when a sampling round finds a GPU the last discovery called healthy lost. A
   // list that differs from the last (a GPU gone, its health, a new UUID, a moved index)
   // replaces it and goes out in a heartbeat for that host right away; an unchanged one
@@ -90,6 +90,7 @@ class LocalAgent : public HostAgent {
   struct Sampling;  // the sampler's state, shared with its rounds in flight
   struct Watch;     // the rediscovery loop's state, shared with its discoveries in flight
   HostInventory discover(ServedHost& host);
+  static bool watched(const ServedHost& host);
   void start_watching();
   static boost::asio::awaitable<void> watch_forever(std::shared_ptr<Watch> watch);
   // A rediscovery's answer for `host`: replaces its GPUs and sends a heartbeat when they changed.

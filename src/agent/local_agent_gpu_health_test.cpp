@@ -312,6 +312,19 @@ TEST(LocalAgentGpuHealth, SimulatedInventoriesAreNotDiscoveredAgain) {
   EXPECT_TRUE(f.beats.empty());
 }
 
+TEST(LocalAgentGpuHealth, AHostRegisteredWithoutGpusIsNotDiscoveredAgain) {
+  // No driver at the start (a CPU-only machine): a beat could not add its GPUs anyway.
+  Fixture f(5ms);
+  f.gpus->set(fail(ErrorCode::unavailable, "NVML not available: libnvidia-ml.so.1: cannot open shared object file"));
+  auto hosts = f.register_hosts();
+  ASSERT_EQ(hosts.size(), 1u);
+  EXPECT_TRUE(hosts[0].gpus.empty());
+  f.gpus->set(std::vector<gpu::GpuDevice>{device(0, "GPU-a")});
+  run_for(f.ioc, 100ms);
+  EXPECT_EQ(f.gpus->discoveries.load(), 1);
+  EXPECT_TRUE(f.beats.empty());
+}
+
 TEST(LocalAgentGpuHealth, DestroyedWhileADiscoveryRunsTheLoopGoesOn) {
   Fixture f(5ms);
   (void)f.register_hosts();
