@@ -568,11 +568,16 @@ TEST_P(NftablesFirewallTest, ROOT_NoHoleWhileTheTableIsReplaced) {
   ASSERT_TRUE(client_reaches());
 
   std::atomic<bool> done{false};
-  std::atomic<int> reached{0}, missed{0}, leaked{0};
+  std::atomic<int> reached{0}, missed{0}, slow{0}, leaked{0};
   std::thread prober([&] {
     while (!done) {
-      // Well under TCP's 1 s SYN retransmission: a SYN lost in a hole shows as a miss.
-      if (is_http_ok(http_get(client_ns_, host_ip_, tcp_host_port_, 900ms), marker_)) ++reached;
+      // Well under TCP's 1 s SYN retransmission: a SYN lost in a hole, or a SYN the table let
+      // through without its DNAT (refused), shows as no handshake. A handshake whose answer is
+      // late is the test's own server thread waiting for a CPU on a loaded machine (CI runs
+      // three tests at once on two cores), not a hole.
+      bool connected = false;
+      if (is_http_ok(http_get(client_ns_, host_ip_, tcp_host_port_, 900ms, &connected), marker_)) ++reached;
+      else if (connected) ++slow;
       else ++missed;
       if (udp_echo(client_ns_, host_ip_, udp_host_port_, 50ms, marker_)) ++leaked;
     }
@@ -586,7 +591,8 @@ TEST_P(NftablesFirewallTest, ROOT_NoHoleWhileTheTableIsReplaced) {
   }
   done = true;
   prober.join();
-  EXPECT_EQ(missed, 0) << reached << " connections got through during " << applies << " replaces";
+  EXPECT_EQ(missed, 0) << reached << " connections got through (" << slow << " more connected but answered late) during "
+                       << applies << " replaces";
   EXPECT_EQ(leaked, 0);
   EXPECT_GE(reached, 10);
 }

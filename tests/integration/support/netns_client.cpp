@@ -83,7 +83,8 @@ int socket_in(const std::string& netns, int type) {
 }
 
 std::optional<std::string> http_get(const std::string& netns, const std::string& ip, int port,
-                                    std::chrono::milliseconds timeout) {
+                                    std::chrono::milliseconds timeout, bool* connected) {
+  if (connected) *connected = false;
   const int fd = socket_in(netns, SOCK_STREAM);
   if (fd < 0) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -99,6 +100,7 @@ std::optional<std::string> http_get(const std::string& netns, const std::string&
     rc = err == 0 ? 0 : -1;
   }
   if (rc == 0) {
+    if (connected) *connected = true;
     const std::string request = "GET / HTTP/1.0\r\nHost: gpucloud-test\r\n\r\n";
     if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
       std::string answer;

@@ -41,9 +41,11 @@ class ClientHost {
 int socket_in(const std::string& netns, int type);
 
 // Connects from `netns` to ip:port, sends an HTTP/1.0 GET and reads the answer to EOF.
-// nullopt when refused, dropped or not answered within `timeout`.
+// nullopt when refused, dropped or not answered within `timeout`. `connected`, when given,
+// says whether the TCP handshake completed (the kernel answers it, so a busy machine delays
+// the answer, not the handshake: a firewall hole shows as no handshake).
 std::optional<std::string> http_get(const std::string& netns, const std::string& ip, int port,
-                                    std::chrono::milliseconds timeout);
+                                    std::chrono::milliseconds timeout, bool* connected = nullptr);
 
 // An HTTP 200 whose body names `marker` (the test's own server, not another test's on a port
 // it happened to pick too).
