@@ -206,26 +206,27 @@ Status settle_meter(store::Database& db, const Meter& m, SysTime t) {
 
 namespace {
 
-// Every open meter's due and quantity at T, as SQL: the same integer arithmetic as
+// Every selected open meter's due and quantity at T, as SQL: the same integer arithmetic as
 // accrued_at/due_at (whole seconds; integer division floors for these non-negative values),
-// portable to PostgreSQL. Binds: T, T, T, account, account.
-constexpr const char* kDueAt =
-    "SELECT m.id AS meter_id, m.account_id, m.user_id, m.resource, m.kind, m.gib, m.rate, "
-    "(m.accrued + m.rate * ((? - m.open_since) / 1000000)) / m.divisor - m.charged AS amount, "
-    "m.quantity + (CASE WHEN m.kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE m.gib END) * "
-    "((? - m.open_since) / 1000000) - m.settled_quantity AS qty "
-    "FROM meters m WHERE m.open_since IS NOT NULL AND m.open_since <= ? AND (? IS NULL OR m.account_id = ?)";
-
-}  // namespace
+// portable to PostgreSQL. Binds: T, T, T, then the span's first and last when there is one.
+std::string due_at_sql(bool spanned) {
+  return std::string("WITH due AS (SELECT id AS meter_id, account_id, user_id, resource, kind, gib, rate, "
+                     "(accrued + rate * ((? - open_since) / 1000000)) / divisor - charged AS amount, "
+                     "quantity + (CASE WHEN kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE gib END) * "
+                     "((? - open_since) / 1000000) - settled_quantity AS qty "
+                     "FROM meters WHERE open_since IS NOT NULL AND open_since <= ?") +
+         (spanned ? " AND account_id >= ? AND account_id <= ?" : "") + ") ";
+}
 
 // Set-based: one statement writes every entry (seq and balance_after by window functions per
 // account), one moves every meter, then one compare-and-set per account that owed something.
-Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const std::optional<std::string>& account_id) {
+// `span` nullopt: every account.
+Result<SettlementSummary> settle_selected(store::Database& db, SysTime t, const std::optional<AccountSpan>& span) {
   const std::int64_t T = to_unix_micros(t);
-  const std::string due = std::string("WITH due AS (") + kDueAt + ") ";
-  auto owing = db.all(due + "SELECT d.account_id, SUM(d.amount), COUNT(*), MIN(d.user_id) FROM due d WHERE d.amount > 0 "
-                            "GROUP BY d.account_id ORDER BY d.account_id",
-                      {T, T, T, account_id, account_id});
+  const std::string due = due_at_sql(span.has_value());
+  const std::string owing_sql = due + "SELECT d.account_id, SUM(d.amount), COUNT(*), MIN(d.user_id) FROM due d "
+                                      "WHERE d.amount > 0 GROUP BY d.account_id ORDER BY d.account_id";
+  auto owing = span ? db.all(owing_sql, {T, T, T, span->first, span->last}) : db.all(owing_sql, {T, T, T});
   if (!owing) return fail(owing.error());
   SettlementSummary summary;
   if (owing->empty()) return summary;
@@ -236,7 +237,7 @@ Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, con
     if (!a) return fail(a.error());
     before.push_back(std::move(*a));
   }
-  if (auto s = db.run(due +
+  const std::string insert_sql = due +
                           "INSERT INTO ledger_entries (id, account_id, seq, user_id, time, amount, balance_after, kind, "
                           "resource, resource_kind, quantity, description) "
                           "SELECT 'le-' || substr(d.account_id, 4) || '-' || CAST(a.entries + ROW_NUMBER() OVER w AS TEXT), "
@@ -247,17 +248,17 @@ Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, con
                           "ELSE ' GiB-s, ' || CAST(d.gib AS TEXT) || ' GiB' END "
                           "FROM due d JOIN billing_accounts a ON a.id = d.account_id WHERE d.amount > 0 "
                           "WINDOW w AS (PARTITION BY d.account_id ORDER BY d.meter_id "
-                          "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)",
-                      {T, T, T, account_id, account_id, T});
-      !s)
+                          "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)";
+  if (auto s = span ? db.run(insert_sql, {T, T, T, span->first, span->last, T}) : db.run(insert_sql, {T, T, T, T}); !s)
     return fail(s.error());
   fault_point("billing.settle.after_ledger_insert");
-  if (auto s = db.run("UPDATE meters SET charged = (accrued + rate * ((? - open_since) / 1000000)) / divisor, "
+  const std::string update_sql = std::string("UPDATE meters SET charged = (accrued + rate * ((? - open_since) / 1000000)) / divisor, "
                       "settled_quantity = quantity + (CASE WHEN kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE gib END) * "
                       "((? - open_since) / 1000000), settled_until = ?, generation = generation + 1 "
-                      "WHERE open_since IS NOT NULL AND open_since <= ? AND (? IS NULL OR account_id = ?) "
-                      "AND (accrued + rate * ((? - open_since) / 1000000)) / divisor > charged",
-                      {T, T, T, T, account_id, account_id, T});
+                      "WHERE open_since IS NOT NULL AND open_since <= ?") +
+      (span ? " AND account_id >= ? AND account_id <= ?" : "") +
+      " AND (accrued + rate * ((? - open_since) / 1000000)) / divisor > charged";
+  if (auto s = span ? db.run(update_sql, {T, T, T, T, span->first, span->last, T}) : db.run(update_sql, {T, T, T, T, T});
       !s)
     return fail(s.error());
   summary.meters = static_cast<std::size_t>(db.changes());
@@ -269,6 +270,36 @@ Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, con
     summary.charged += total;
   }
   return summary;
+}
+
+}  // namespace
+
+Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const std::optional<std::string>& account_id) {
+  if (!account_id) return settle_selected(db, t, std::nullopt);
+  return settle_selected(db, t, AccountSpan{*account_id, *account_id});
+}
+
+Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const AccountSpan& span) {
+  return settle_selected(db, t, span);
+}
+
+Result<std::vector<AccountSpan>> settlement_spans(store::Database& db, SysTime t, std::size_t max_meters) {
+  auto rows = db.all("SELECT account_id, COUNT(*) FROM meters WHERE open_since IS NOT NULL AND open_since <= ? "
+                     "GROUP BY account_id ORDER BY account_id",
+                     {to_unix_micros(t)});
+  if (!rows) return fail(rows.error());
+  std::vector<AccountSpan> spans;
+  std::size_t in_span = 0;
+  for (const auto& r : *rows) {
+    const auto count = static_cast<std::size_t>(r.int64(1));
+    if (spans.empty() || (in_span > 0 && in_span + count > max_meters)) {
+      spans.push_back(AccountSpan{r.text(0), r.text(0)});
+      in_span = 0;
+    }
+    spans.back().last = r.text(0);
+    in_span += count;
+  }
+  return spans;
 }
 
 Result<std::int64_t> compute_charged(store::Database& db, const std::string& instance_id) {

@@ -76,6 +76,19 @@ struct SettlementSummary {
 Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t,
                                              const std::optional<std::string>& account_id = std::nullopt);
 
+// The accounts whose ids lie in [first, last]: a slice of one settlement pass.
+struct AccountSpan {
+  std::string first, last;
+};
+// Every open meter of the accounts in `span` up to `t`, in the caller's transaction.
+Result<SettlementSummary> settle_open_meters(store::Database& db, SysTime t, const AccountSpan& span);
+// The accounts with open meters at `t`, cut into spans of about `max_meters` open meters each
+// (an account is never split), in id order. A pass settles one span per transaction, so the
+// writer is held for a bounded time however many instances there are; each meter's settled
+// mark moves with its ledger entry, so a crash between spans neither skips nor repeats a
+// charge (the next pass takes what is left).
+Result<std::vector<AccountSpan>> settlement_spans(store::Database& db, SysTime t, std::size_t max_meters);
+
 // Compute charged so far for an instance (both of its compute meters).
 Result<std::int64_t> compute_charged(store::Database& db, const std::string& instance_id);
 
