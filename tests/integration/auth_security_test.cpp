@@ -15,6 +15,7 @@
 
 #include "auth/credentials.h"
 #include "support/capabilities.h"
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -100,20 +101,26 @@ TEST(AuthSecrets, StoreFilesHoldNoTokenSessionOrPassword) {
   EXPECT_FALSE(later.json().as_object().contains("token"));
 }
 
-class AuthSecurityTest : public ::testing::Test {
+// One daemon for the suite (shared_daemon.h): nothing here restarts it, and each test has
+// users and keys of its own names.
+class AuthSecurityTest : public SharedDaemonTest<AuthSecurityTest> {};
+
+// A daemon per test: its test ends by stopping the daemon with an event stream still open.
+class AuthStreamTest : public ::testing::Test {
  protected:
   void SetUp() override { daemon_.start(); }
   TestDaemon daemon_;
 };
 
 TEST_F(AuthSecurityTest, ParallelWrongPasswordsGetAtMostFiveAnswers401) {
-  daemon_.register_and_login("victim");
+  const std::string victim = unique_name("victim");
+  daemon_.register_and_login(victim);
   std::vector<HttpResult> answers(20);
   std::vector<std::thread> guesses;
   for (int i = 0; i < 20; ++i)
     guesses.emplace_back([&, i] {
       answers[i] = http_request(daemon_.port(), "POST", "/api/v1/auth/login",
-                                R"({"username":"victim","password":"wrong-guess-)" + std::to_string(i) + "\"}",
+                                R"({"username":")" + victim + R"(","password":"wrong-guess-)" + std::to_string(i) + "\"}",
                                 {{"Content-Type", "application/json"}});
     });
   for (auto& t : guesses) t.join();
@@ -129,18 +136,19 @@ TEST_F(AuthSecurityTest, ParallelWrongPasswordsGetAtMostFiveAnswers401) {
   EXPECT_LE(unauthorized, 5);
   EXPECT_EQ(unauthorized + limited, 20);
   // The right password is now refused too, until the window passes.
-  EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", "victim"}, {"password", "password-123"}}).status, 429);
+  EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", victim}, {"password", "password-123"}}).status, 429);
 }
 
 // More logins at once than the password pool queues (64): the rest are told to come back.
 TEST_F(AuthSecurityTest, AFloodOfLoginsPastThePasswordQueueIsUnavailableWithRetryAfter) {
   constexpr int kLogins = 160;
+  const std::string flood = unique_name("flood");
   std::vector<HttpResult> answers(kLogins);
   std::vector<std::thread> logins;
   for (int i = 0; i < kLogins; ++i)
     logins.emplace_back([&, i] {
       answers[i] = http_request(daemon_.port(), "POST", "/api/v1/auth/login",
-                                R"({"username":"flood)" + std::to_string(i) + R"(","password":"password-123"})",
+                                R"({"username":")" + flood + std::to_string(i) + R"(","password":"password-123"})",
                                 {{"Content-Type", "application/json"}});
     });
   for (auto& t : logins) t.join();
@@ -156,7 +164,7 @@ TEST_F(AuthSecurityTest, AFloodOfLoginsPastThePasswordQueueIsUnavailableWithRetr
   std::cerr << "password queue flood: " << unavailable << " of " << kLogins << " answered 503\n";
   EXPECT_GE(unavailable, 1) << "the queue is unbounded";
   EXPECT_EQ(unavailable + unauthorized, kLogins);
-  EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", "flood0"}, {"password", "password-123"}}).status, 401)
+  EXPECT_EQ(daemon_.post("/api/v1/auth/login", {{"username", flood + "0"}, {"password", "password-123"}}).status, 401)
       << "a 503 did not count as a failed login";
 }
 
@@ -167,7 +175,7 @@ TEST_F(AuthSecurityTest, OverlongUsernameOrPasswordIsRefusedBeforeAnyCheck) {
   auto long_password = daemon_.post("/api/v1/auth/login", {{"username", "admin"}, {"password", std::string(1025, 'p')}});
   EXPECT_EQ(long_password.status, 400);
   EXPECT_NE(long_password.body.find("password"), std::string::npos);
-  std::string token = daemon_.register_and_login("longpw");
+  std::string token = daemon_.register_and_login(unique_name("longpw"));
   auto change = daemon_.request("PUT", "/api/v1/me/password",
                                 json::serialize(json::object{{"old_password", std::string(4096, 'x')}, {"new_password", "new-password-1"}}),
                                 token);
@@ -199,30 +207,33 @@ TEST(AuthSessions, SessionsExpireByTheirTtl) {
 
 TEST_F(AuthSecurityTest, ADemotedOperatorLosesOperatorRoutesOnTheNextRequest) {
   std::string admin = daemon_.admin_token();
-  ASSERT_EQ(daemon_.post("/api/v1/admin/users", {{"username", "op2"}, {"password", "password-123"}, {"role", "admin"}}, admin).status, 201);
-  std::string op2 = daemon_.login("op2", "password-123");
+  const std::string op2_name = unique_name("op2");
+  ASSERT_EQ(daemon_.post("/api/v1/admin/users", {{"username", op2_name}, {"password", "password-123"}, {"role", "admin"}}, admin).status, 201);
+  std::string op2 = daemon_.login(op2_name, "password-123");
   ASSERT_EQ(daemon_.get("/api/v1/admin/users", op2).status, 200);  // its principal is cached now
-  ASSERT_EQ(daemon_.request("PATCH", "/api/v1/admin/users/op2", R"({"role":"user"})", admin).status, 200);
+  ASSERT_EQ(daemon_.request("PATCH", "/api/v1/admin/users/" + op2_name, R"({"role":"user"})", admin).status, 200);
   EXPECT_EQ(daemon_.get("/api/v1/admin/users", op2).status, 403);
   EXPECT_EQ(daemon_.get("/api/v1/me", op2).json().at("role").as_string(), "user");
 }
 
 TEST_F(AuthSecurityTest, AKeyRepeatedWhileTheFirstIsInFlightIsConflict) {
   std::string admin = daemon_.admin_token();
-  const std::string body = R"({"username":"twice","password":"password-123"})";
+  const std::string body = R"({"username":")" + unique_name("twice") + R"(","password":"password-123"})";
+  const std::string key = unique_name("same");  // the operator's keys are shared by the suite
   // Keep the password pool busy so the first create is still hashing when the repeats come.
+  const std::string nobody = unique_name("nobody");
   std::vector<std::thread> load;
   for (int i = 0; i < 6; ++i)
     load.emplace_back([&, i] {
       http_request(daemon_.port(), "POST", "/api/v1/auth/login",
-                   R"({"username":"nobody)" + std::to_string(i) + R"(","password":"password-123"})",
+                   R"({"username":")" + nobody + std::to_string(i) + R"(","password":"password-123"})",
                    {{"Content-Type", "application/json"}});
     });
   std::vector<HttpResult> answers(6);
   std::vector<std::thread> creates;
   for (int i = 0; i < 6; ++i)
     creates.emplace_back([&, i] {
-      answers[i] = daemon_.request("POST", "/api/v1/admin/users", body, admin, {{"Idempotency-Key", "same"}});
+      answers[i] = daemon_.request("POST", "/api/v1/admin/users", body, admin, {{"Idempotency-Key", key}});
     });
   for (auto& t : creates) t.join();
   for (auto& t : load) t.join();
@@ -238,7 +249,7 @@ TEST_F(AuthSecurityTest, AKeyRepeatedWhileTheFirstIsInFlightIsConflict) {
   EXPECT_EQ(created, 1);
   EXPECT_GE(conflicts, 1);
   EXPECT_EQ(created + conflicts + replays, 6);
-  auto replay = daemon_.request("POST", "/api/v1/admin/users", body, admin, {{"Idempotency-Key", "same"}});
+  auto replay = daemon_.request("POST", "/api/v1/admin/users", body, admin, {{"Idempotency-Key", key}});
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
 }
@@ -278,7 +289,7 @@ class StreamWatcher {
   std::thread thread_;
 };
 
-TEST_F(AuthSecurityTest, EventStreamsOfARevokedTokenOrADisabledUserCloseWithinTwoSeconds) {
+TEST_F(AuthStreamTest, EventStreamsOfARevokedTokenOrADisabledUserCloseWithinTwoSeconds) {
   std::string session = daemon_.register_and_login("streamer");
   auto api = daemon_.post("/api/v1/tokens", {{"name", "s"}}, session);
   std::string api_token = token_of(api);
@@ -311,10 +322,11 @@ TEST_F(AuthSecurityTest, EventStreamsOfARevokedTokenOrADisabledUserCloseWithinTw
   EXPECT_GE(other_a.ended_within(logout_at, std::chrono::seconds(5)), 0);
   EXPECT_GE(other_b.ended_within(logout_at, std::chrono::seconds(5)), 0);
   EXPECT_LT(second.ended_within(Clock::now(), std::chrono::seconds(1)), 0) << "an unrelated session's stream stays open";
-  daemon_.stop();  // ends the remaining stream
+  EXPECT_EQ(daemon_.stop(), 0) << "SIGTERM with an event stream open";  // and ends that stream
 }
 
-TEST_F(AuthSecurityTest, DOCKER_ROOT_TheTerminalOfARevokedTokenClosesWithinTwoSeconds) {
+// Its own daemon, with a host on the engine.
+TEST(AuthTerminalTest, DOCKER_ROOT_TheTerminalOfARevokedTokenClosesWithinTwoSeconds) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon daemon(DaemonOptions{R"(
 [[hosts]]

@@ -5,30 +5,18 @@
 #include <gtest/gtest.h>
 
 #include "core/time_format.h"
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
 namespace {
 namespace json = boost::json;
 
-// One daemon for the whole suite: nothing here restarts it, and every test works with users
-// of its own names, so they cannot see each other's effects. The suite runs as one ctest
-// entry (CMakeLists.txt, GPUCLOUD_SHARED_DAEMON_SUITES), which is what makes the daemon
-// shared; run alone, a test starts it for itself as before.
-class AuthTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new TestDaemon();
-    shared_->start();
-  }
-  static void TearDownTestSuite() {
-    delete shared_;  // fails the suite if the daemon died or wrote a sanitizer report
-    shared_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(shared_ && shared_->running()) << "the suite's daemon did not start"; }
-  static inline TestDaemon* shared_ = nullptr;
-  TestDaemon& daemon_ = *shared_;
-};
+// One daemon for the whole suite (shared_daemon.h): nothing here restarts it, and every test
+// works with users of its own names, so they cannot see each other's effects. The suite runs
+// as one ctest entry (CMakeLists.txt, GPUCLOUD_SHARED_DAEMON_SUITES), which is what makes the
+// daemon shared; run alone, a test starts it for itself as before.
+class AuthTest : public SharedDaemonTest<AuthTest> {};
 
 // What must restart the daemon gets one of its own.
 class AuthRestartTest : public ::testing::Test {

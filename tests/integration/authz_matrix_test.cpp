@@ -13,6 +13,7 @@ namespace gpucloud::testing {
 namespace {
 namespace json = boost::json;
 
+// A daemon per test: the suite has one test, so there is nothing to share.
 class AuthzMatrixTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "core/time_format.h"
 #include "support/capabilities.h"
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -124,6 +126,8 @@ HttpResult create_no_gpu(const TestDaemon& d, const std::string& token, const st
   return d.post("/api/v1/instances", body, token);
 }
 
+// A daemon per BillingTest case: each moves the test clock (hours to months, settling every
+// account on the daemon) or kills the daemon.
 TEST(BillingTest, DOCKER_RunStopRunChargesFloorOfPriceTimesRunSeconds) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(options());
@@ -418,29 +422,36 @@ TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge)
   d.wait_for_state("crash", "released", carol);
 }
 
-TEST(BillingTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
-  TestDaemon d(options(0));
-  d.start();
-  const std::string dave = d.register_and_login("bill-dave");
-  credit(d, "bill-dave", 500, "topup-1");
-  credit(d, "bill-dave", 500, "topup-1");  // a retry: applied once
+// One daemon for the suite (shared_daemon.h), with the test clock but never moved here: no
+// test restarts it, and each has a user of its own, whose ledger and alert are its own.
+class BillingApiTest : public SharedDaemonTest<BillingApiTest> {
+ public:
+  static DaemonOptions daemon_options() { return options(0); }
+};
+
+TEST_F(BillingApiTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
+  TestDaemon& d = daemon_;
+  const std::string dave_name = unique_name("bill-dave");
+  const std::string dave = d.register_and_login(dave_name);
+  credit(d, dave_name, 500, "topup-1");
+  credit(d, dave_name, 500, "topup-1");  // a retry: applied once
   EXPECT_EQ(account(d, dave).at("balance").as_int64(), 500);
-  auto replay = d.request("POST", "/api/v1/admin/users/bill-dave/credit",
+  auto replay = d.request("POST", "/api/v1/admin/users/" + dave_name + "/credit",
                           json::serialize(json::object{{"amount", 500}, {"note", "test"}}), d.admin_token(),
                           {{"Idempotency-Key", "topup-1"}});
   EXPECT_EQ(replay.status, 201) << replay.body;
   EXPECT_EQ(replay.headers["idempotent-replayed"], "true");
   // Another body with the same key is a conflict; a user cannot credit themselves.
-  EXPECT_EQ(d.request("POST", "/api/v1/admin/users/bill-dave/credit", R"({"amount": 900})", d.admin_token(),
+  EXPECT_EQ(d.request("POST", "/api/v1/admin/users/" + dave_name + "/credit", R"({"amount": 900})", d.admin_token(),
                       {{"Idempotency-Key", "topup-1"}})
                 .status,
             409);
-  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", 100}}, dave).status, 403);
+  EXPECT_EQ(d.post("/api/v1/admin/users/" + dave_name + "/credit", {{"amount", 100}}, dave).status, 403);
   // Bad input changes nothing.
-  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", 0}}, d.admin_token()).status, 400);
-  EXPECT_EQ(d.post("/api/v1/admin/users/bill-dave/credit", {{"amount", "5"}}, d.admin_token()).status, 400);
-  EXPECT_EQ(d.post("/api/v1/admin/users/nobody/credit", {{"amount", 5}}, d.admin_token()).status, 404);
-  credit(d, "bill-dave", -200);  // an adjustment
+  EXPECT_EQ(d.post("/api/v1/admin/users/" + dave_name + "/credit", {{"amount", 0}}, d.admin_token()).status, 400);
+  EXPECT_EQ(d.post("/api/v1/admin/users/" + dave_name + "/credit", {{"amount", "5"}}, d.admin_token()).status, 400);
+  EXPECT_EQ(d.post("/api/v1/admin/users/" + unique_name("nobody") + "/credit", {{"amount", 5}}, d.admin_token()).status, 404);
+  credit(d, dave_name, -200);  // an adjustment
   auto entries = ledger(d, dave);
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].at("kind"), "credit");
@@ -462,15 +473,17 @@ TEST(BillingTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
 }
 
 // The CLI against the real daemon's billing answers (its unit tests use hand-written JSON).
-TEST(BillingTest, TheCliShowsBalanceLedgerUsageStatementIdleAndAlerts) {
-  TestDaemon d(options(0));
-  d.start();
-  const std::string gus = d.register_and_login("bill-gus");
+TEST_F(BillingApiTest, TheCliShowsBalanceLedgerUsageStatementIdleAndAlerts) {
+  TestDaemon& d = daemon_;
+  const std::string gus_name = unique_name("bill-gus");
+  const std::string gus = d.register_and_login(gus_name);
+  const std::string home = d.dir() + "/" + gus_name;
+  std::filesystem::create_directories(home);
   const std::map<std::string, std::string> env = {{"GPUCLOUD_ENDPOINT", d.endpoint()}, {"GPUCLOUD_TOKEN", gus},
-                                                  {"HOME", d.dir()}, {"XDG_CONFIG_HOME", d.dir()}};
+                                                  {"HOME", home}, {"XDG_CONFIG_HOME", home}};
   auto admin_env = env;
   admin_env["GPUCLOUD_TOKEN"] = d.admin_token();
-  auto credited = run_cli({"admin", "credit", "bill-gus", "12.34", "--note", "welcome"}, admin_env);
+  auto credited = run_cli({"admin", "credit", gus_name, "12.34", "--note", "welcome"}, admin_env);
   ASSERT_EQ(credited.exit_code, 0) << credited.err;
   EXPECT_NE(credited.out.find("¥12.34"), std::string::npos) << credited.out;
   auto balance = run_cli({"balance"}, env);
@@ -503,7 +516,7 @@ TEST(BillingTest, TheCliShowsBalanceLedgerUsageStatementIdleAndAlerts) {
   EXPECT_NE(refused.err.find("webhook_url"), std::string::npos) << refused.err;
   EXPECT_EQ(run_cli({"alert", "clear"}, env).exit_code, 0);
   // A user has no operator commands.
-  EXPECT_EQ(run_cli({"admin", "credit", "bill-gus", "1"}, env).exit_code, 1);
+  EXPECT_EQ(run_cli({"admin", "credit", gus_name, "1"}, env).exit_code, 1);
 }
 
 // A minimal HTTP receiver: counts POSTs; the first `fail_first` answer 500.
@@ -590,19 +603,19 @@ bool eventually(const std::function<bool()>& ok, std::chrono::milliseconds timeo
   return ok();
 }
 
-TEST(BillingTest, TheAlertPostsOncePerDownwardCrossingAndRetriesAFailingReceiver) {
-  TestDaemon d(options(0));
-  d.start();
-  const std::string erin = d.register_and_login("bill-erin");
-  credit(d, "bill-erin", 10000);
+TEST_F(BillingApiTest, TheAlertPostsOncePerDownwardCrossingAndRetriesAFailingReceiver) {
+  TestDaemon& d = daemon_;
+  const std::string erin_name = unique_name("bill-erin");
+  const std::string erin = d.register_and_login(erin_name);
+  credit(d, erin_name, 10000);
   Receiver hook(1);  // the first delivery fails with 500; the retry succeeds
   const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/alert";
   auto set = d.request("PUT", "/api/v1/billing/alert",
                        json::serialize(json::object{{"threshold", 5000}, {"webhook_url", url}}), erin);
   ASSERT_EQ(set.status, 200) << set.body;
   EXPECT_EQ(set.json().at("alert").at("threshold").as_int64(), 5000);
-  credit(d, "bill-erin", -3000);  // 7000: above
-  credit(d, "bill-erin", -3000);  // 4000: crossed
+  credit(d, erin_name, -3000);  // 7000: above
+  credit(d, erin_name, -3000);  // 4000: crossed
   ASSERT_TRUE(eventually([&] { return hook.delivered() == 1; }, std::chrono::seconds(20)))
       << "attempts " << hook.attempts();
   EXPECT_EQ(hook.attempts(), 2);
@@ -610,9 +623,9 @@ TEST(BillingTest, TheAlertPostsOncePerDownwardCrossingAndRetriesAFailingReceiver
   EXPECT_EQ(body.at("event"), "balance_low");
   EXPECT_EQ(body.at("balance").as_int64(), 4000);
   EXPECT_EQ(body.at("threshold").as_int64(), 5000);
-  credit(d, "bill-erin", -1000);  // 3000: still below: nothing more
-  credit(d, "bill-erin", 5000);   // 8000: back above, armed
-  credit(d, "bill-erin", -4000);  // 4000: crossed again
+  credit(d, erin_name, -1000);  // 3000: still below: nothing more
+  credit(d, erin_name, 5000);   // 8000: back above, armed
+  credit(d, erin_name, -4000);  // 4000: crossed again
   ASSERT_TRUE(eventually([&] { return hook.delivered() == 2; }, std::chrono::seconds(20)));
   EXPECT_EQ(account(d, erin).at("state"), "low");
   // Private targets are refused where the operator did not allow them (see the unit tests);

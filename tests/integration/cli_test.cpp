@@ -3,28 +3,31 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
 namespace {
 
-class CliTest : public ::testing::Test {
+// One daemon for the suite (shared_daemon.h): nothing here restarts it; each test has users
+// of its own names and a config home of its own (the CLI stores its token there).
+class CliTest : public SharedDaemonTest<CliTest> {
  protected:
   void SetUp() override {
-    daemon_.start();
-    home_ = daemon_.dir() + "/xdg";
+    SharedDaemonTest::SetUp();
+    home_ = daemon_.dir() + "/" + unique_name("xdg");
     std::filesystem::create_directories(home_);
     env_ = {{"XDG_CONFIG_HOME", home_}, {"GPUCLOUD_ENDPOINT", daemon_.endpoint()}, {"HOME", home_}};
   }
-  TestDaemon daemon_;
   std::string home_;
   std::map<std::string, std::string> env_;
 };
 
 TEST_F(CliTest, RegisterLoginWhoamiAndTheStoredToken) {
-  auto reg = run_cli({"register", "--username", "zoe", "--password-stdin"}, env_, "password-123\n");
+  const std::string zoe = unique_name("zoe");
+  auto reg = run_cli({"register", "--username", zoe, "--password-stdin"}, env_, "password-123\n");
   ASSERT_EQ(reg.exit_code, 0) << reg.err;
-  auto login = run_cli({"login", "--username", "zoe", "--password-stdin"}, env_, "password-123\n");
+  auto login = run_cli({"login", "--username", zoe, "--password-stdin"}, env_, "password-123\n");
   ASSERT_EQ(login.exit_code, 0) << login.err;
   auto config = home_ + "/gpucloud/config.toml";
   ASSERT_TRUE(std::filesystem::exists(config));
@@ -32,10 +35,10 @@ TEST_F(CliTest, RegisterLoginWhoamiAndTheStoredToken) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto who = run_cli({"whoami"}, env_);
   ASSERT_EQ(who.exit_code, 0) << who.err;
-  EXPECT_NE(who.out.find("zoe"), std::string::npos) << who.out;
+  EXPECT_NE(who.out.find(zoe), std::string::npos) << who.out;
   auto json = run_cli({"whoami", "--json"}, env_);
   ASSERT_EQ(json.exit_code, 0);
-  EXPECT_EQ(boost::json::parse(json.out).at("username").as_string(), "zoe");
+  EXPECT_EQ(boost::json::parse(json.out).at("username").as_string(), zoe);
   // GPUCLOUD_TOKEN overrides the stored token.
   auto env = env_;
   env["GPUCLOUD_TOKEN"] = "gpc_wrong";
@@ -43,7 +46,7 @@ TEST_F(CliTest, RegisterLoginWhoamiAndTheStoredToken) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("error:"), std::string::npos) << bad.err;
   // And --token overrides both.
-  std::string token = daemon_.login("zoe", "password-123");
+  std::string token = daemon_.login(zoe, "password-123");
   EXPECT_EQ(run_cli({"whoami", "--token", token}, env).exit_code, 0);
 }
 
@@ -61,11 +64,12 @@ TEST_F(CliTest, RefusalsExitOneUsageErrorsExitTwo) {
 }
 
 TEST_F(CliTest, MarketKeysAndOperatorCommands) {
-  ASSERT_EQ(run_cli({"register", "--username", "yan", "--password-stdin"}, env_, "password-123\n").exit_code, 0);
-  ASSERT_EQ(run_cli({"login", "--username", "yan", "--password-stdin"}, env_, "password-123\n").exit_code, 0);
+  const std::string yan = unique_name("yan");
+  ASSERT_EQ(run_cli({"register", "--username", yan, "--password-stdin"}, env_, "password-123\n").exit_code, 0);
+  ASSERT_EQ(run_cli({"login", "--username", yan, "--password-stdin"}, env_, "password-123\n").exit_code, 0);
   auto market = run_cli({"market"}, env_);
   EXPECT_EQ(market.exit_code, 0) << market.err;
-  std::string key_dir = daemon_.dir() + "/key";
+  std::string key_dir = home_ + "/key";
   shell("mkdir -p " + key_dir + " && ssh-keygen -q -t ed25519 -N '' -f " + key_dir + "/id");
   auto add = run_cli({"key", "add", "laptop", "--file", key_dir + "/id.pub"}, env_);
   EXPECT_EQ(add.exit_code, 0) << add.err;

@@ -41,6 +41,7 @@ recycle_days = 2
 )";
 }
 
+// A daemon per test: one test moves the test clock past the purge of a hidden image.
 class CustomImageTest : public ::testing::Test {
  protected:
   CustomImageTest() : daemon_(DaemonOptions{images_config(), true}) {}

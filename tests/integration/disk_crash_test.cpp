@@ -53,6 +53,7 @@ int count_lines(const std::string& command) {
   return out.empty() ? -1 : std::stoi(out);
 }
 
+// A daemon per test: each kills it with -9 at a step or restarts dockerd under it.
 class DiskStepsTest : public ::testing::Test {
  protected:
   void SetUp() override {

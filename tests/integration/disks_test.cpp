@@ -51,6 +51,8 @@ recycle_days = 2
 )";
 }
 
+// A daemon per test: one test moves the test clock past the recycle period, and all are
+// DOCKER_ tests, which ctest runs one per entry (a shared suite holds none, CMakeLists.txt).
 class DisksTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -31,6 +31,7 @@ std::vector<long> sse_ids(const TestDaemon& daemon, const std::string& token, co
       std::chrono::seconds(30), "instance " + name + " to leave creating");
 }
 
+// A daemon per test: the second test stops its daemon, which leaves nothing to share.
 TEST(EventsTest, StreamResumesAfterLastEventIdWithNoGapAndNoRepeat) {
   TestDaemon daemon;
   daemon.start();

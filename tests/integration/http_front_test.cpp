@@ -145,6 +145,8 @@ std::size_t count_of(const std::string& text, std::string_view what) {
     }                                                                                          \
   } while (0)
 
+// A daemon per test: each sets its own [server] limits, lowers the daemon's descriptor limit,
+// or counts /metrics from zero.
 TEST(HttpFront, HeaderTimeoutClosesAClientThatNeverFinishesItsHeaders) {
   TestDaemon daemon({.config_toml = "[server]\nheader_timeout = \"1s\"\n"});
   daemon.start();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -61,6 +62,8 @@ os = "Ubuntu 22.04"
 )";
 }
 
+// A daemon per test: these place instances on two small hosts and count on their whole GPUs
+// and cores (quotas, ports, restarts on the same GPUs), and one stops the daemon mid-step.
 class InstanceApiTest : public ::testing::Test {
  protected:
   InstanceApiTest() : daemon_(DaemonOptions{config_no_gpu()}) {}
@@ -77,7 +80,40 @@ class InstanceApiTest : public ::testing::Test {
   std::string user_;
 };
 
-TEST_F(InstanceApiTest, ListsTakeLimitAndCursorAndRefuseBadFilters) {
+// One daemon for the suite (shared_daemon.h): no engine needed, nothing restarts it, and each
+// test has a user of its own; what a test creates has settled before the next one reads the
+// market.
+class InstanceApiContractTest : public SharedDaemonTest<InstanceApiContractTest> {
+ public:
+  static DaemonOptions daemon_options() { return DaemonOptions{config_no_gpu()}; }
+
+ protected:
+  void SetUp() override {
+    SharedDaemonTest::SetUp();
+    user_ = daemon_.register_and_login(unique_name("apiuser"));
+  }
+  // No engine step of this test's instances is still under way: one that ends (running, or
+  // error without an engine) would move the market's free counts under the next test.
+  void TearDown() override {
+    if (!user_.empty() && alive(daemon_.pid())) {
+      EXPECT_TRUE(wait_until(
+          [&] {
+            const json::value listed = daemon_.get("/api/v1/instances?all=true&limit=100", user_).json();
+            if (!listed.is_object()) return false;
+            for (const auto& i : listed.at("items").as_array()) {
+              const auto& state = i.at("state").as_string();
+              if (state != "running" && state != "stopped" && state != "error" && state != "released") return false;
+            }
+            return true;
+          },
+          std::chrono::seconds(60), "this test's instances to settle", std::chrono::milliseconds(100)));
+    }
+    SharedDaemonTest::TearDown();
+  }
+  std::string user_;
+};
+
+TEST_F(InstanceApiContractTest, ListsTakeLimitAndCursorAndRefuseBadFilters) {
   // Fixed-order lists page like the others.
   for (const std::string path : {"/api/v1/zones", "/api/v1/market"}) {
     auto first = daemon_.get(path + "?limit=1", user_);
@@ -112,7 +148,7 @@ TEST_F(InstanceApiTest, ListsTakeLimitAndCursorAndRefuseBadFilters) {
   EXPECT_EQ(daemon_.get("/api/v1/admin/instances", daemon_.admin_token()).status, 200);
 }
 
-TEST_F(InstanceApiTest, CreateRefusesWhatThisInstallationCannotHonour) {
+TEST_F(InstanceApiContractTest, CreateRefusesWhatThisInstallationCannotHonour) {
   auto body = [](const char* field, json::value v) {
     json::object o{{"name", "x1"}, {"gpu_count", 0}};
     o[field] = std::move(v);
@@ -221,7 +257,7 @@ TEST_F(InstanceApiTest, DOCKER_ROOT_StopDuringARestartWins) {
 }
 
 // [quotas] instances counts every live instance, whatever its state; a refusal changes nothing.
-TEST_F(InstanceApiTest, TheInstancesQuotaRefusesTheOneTooMany) {
+TEST_F(InstanceApiContractTest, TheInstancesQuotaRefusesTheOneTooMany) {
   for (int n = 0; n < 4; ++n) {
     auto r = daemon_.post("/api/v1/instances", {{"name", "q" + std::to_string(n)}, {"gpu_count", 0}}, user_);
     ASSERT_EQ(r.status, 202) << r.body;

@@ -52,6 +52,8 @@ int reserved_gpus(const TestDaemon& daemon) {
   return reserved;
 }
 
+// A daemon per test, started by the test with the GPUs it counts on (start(gpus)); some kill
+// it with -9 or restart dockerd.
 class InstancesTest : public ::testing::Test {
  protected:
   // Skipping here (not in start()) skips the test body too.

@@ -72,6 +72,8 @@ json::object find_offer(const json::value& market, const std::string& zone, cons
   return {};
 }
 
+// A daemon per test: three tests restart it with an edited config, and the other two count
+// the market's free GPUs and its prices from a fresh installation.
 class MarketTest : public ::testing::Test {
  protected:
   MarketTest() : daemon_(DaemonOptions{kThreeHosts}) {}

@@ -97,6 +97,7 @@ std::string container_name_of(const TestDaemon& d, const std::string& instance_i
   return "gpucloud-" + d.installation_id() + "-" + instance_id;
 }
 
+// A daemon per test: each moves the test clock (stop_at, autostop windows, retention).
 TEST(MonitoringTest, DOCKER_StopAtAndReleaseAfterStoppedFireAtTheirTimesWithWarnings) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon d(monitoring_options());

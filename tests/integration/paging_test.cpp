@@ -10,6 +10,7 @@ namespace gpucloud::testing {
 namespace {
 namespace json = boost::json;
 
+// A daemon per test: the suite has one test, so there is nothing to share.
 class PagingTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -41,6 +41,8 @@ instances = 4
 )";
 }
 
+// A daemon per test: two tests restart it with a GPU gone, and each counts on the host's two
+// GPUs being free.
 class RebuildTest : public ::testing::Test {
  protected:
   explicit RebuildTest(std::map<std::string, std::string> env = {})

@@ -3,6 +3,7 @@
 // The traffic itself (nftables from another network namespace) is security_groups_test.cpp.
 #include <gtest/gtest.h>
 
+#include "shared_daemon.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -35,20 +36,13 @@ price_per_hour = 10
 )";
 }
 
-// One daemon for the suite (one ctest entry, GPUCLOUD_SHARED_DAEMON_SUITES); each test has
-// users of its own names.
-class SecurityGroupApiTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new TestDaemon(DaemonOptions{sg_config()});
-    shared_->start();
-  }
-  static void TearDownTestSuite() {
-    delete shared_;
-    shared_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(shared_ && shared_->running()) << "the suite's daemon did not start"; }
+// One daemon for the suite (shared_daemon.h; one ctest entry, GPUCLOUD_SHARED_DAEMON_SUITES);
+// each test has users of its own names.
+class SecurityGroupApiTest : public SharedDaemonTest<SecurityGroupApiTest> {
+ public:
+  static DaemonOptions daemon_options() { return DaemonOptions{sg_config()}; }
 
+ protected:
   HttpResult put(const std::string& path, const json::value& body, const std::string& token) const {
     return daemon_.request("PUT", path, json::serialize(body), token);
   }
@@ -61,9 +55,6 @@ class SecurityGroupApiTest : public ::testing::Test {
   static json::object rule(const std::string& protocol, int port, const std::string& source) {
     return {{"protocol", protocol}, {"port_min", port}, {"source", source}};
   }
-
-  static inline TestDaemon* shared_ = nullptr;
-  TestDaemon& daemon_ = *shared_;
 };
 
 TEST_F(SecurityGroupApiTest, EveryUserHasADefaultGroupWithSshFromAnywhere) {

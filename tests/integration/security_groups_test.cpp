@@ -48,6 +48,8 @@ json::object sg_rule(const std::string& protocol, int port_min, int port_max, co
 }
 json::object tcp_rule(int port, const std::string& source) { return sg_rule("tcp", port, port, source); }
 
+// A daemon per test: SecurityGroupsRestartTest restarts it, and these are DOCKER_ tests, which
+// ctest runs one per entry (a shared suite holds none, CMakeLists.txt).
 class SecurityGroupsTest : public ::testing::Test {
  protected:
   void SetUp() override {

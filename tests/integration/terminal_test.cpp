@@ -79,6 +79,8 @@ price_per_hour = 10
 )";
 }
 
+// A daemon per test: DOCKER_ tests, which ctest runs one per entry (a shared suite holds none,
+// CMakeLists.txt).
 TEST(TerminalTest, DOCKER_ROOT_EchoResizeOwnerOnlyAndADroppedSocketEndsTheExec) {
   GPUCLOUD_NEED_ENGINE();
   TestDaemon daemon(DaemonOptions{terminal_host_config()});
