@@ -53,9 +53,9 @@ class LocalAgent : public HostAgent {
   // and at once when a sampling round finds a GPU the last discovery called healthy lost. A
   // list that differs from the last (a GPU gone, its health, a new UUID, a moved index)
   // replaces it and goes out in a heartbeat for that host right away; an unchanged one
-  // sends nothing extra. A heartbeat carries only health (the registry ignores UUIDs it
-  // never registered and never moves an index), so a GPU no longer enumerated is kept in the
-  // list as "missing" rather than left out (a GPU a beat leaves out keeps its record). A
+  // sends nothing extra. The registry takes a beat's health and indexes and adds a UUID no
+  // host has (a replaced card), but a GPU a beat leaves out keeps its record, so a GPU no
+  // longer enumerated is kept in the list as "missing" rather than left out. A
   // failed discovery keeps the last list; kDiscoveryFailuresBeforeUnhealthy in a row mark
   // every GPU of the host with the error, until one succeeds.
   static constexpr int kDiscoveryFailuresBeforeUnhealthy = 3;

@@ -411,6 +411,17 @@ json::value degraded_json(const Instance& i) {
 Status record_gpu_changes(store::Database& db, const std::string& host_id, const std::string& host_name,
                           const std::vector<market::GpuChange>& changes, SysTime now) {
   for (const auto& c : changes) {
+    if (c.kind == market::GpuChange::Kind::added) {
+      // A GPU new to the host (a replaced card): the operator's record; nobody holds it yet.
+      json::object data{{"name", host_name}, {"uuid", c.uuid}, {"model", c.model}, {"index", c.index}, {"health", c.health}};
+      if (auto s = events::record(db, now, "host.gpu_added", host_id, std::nullopt,
+                                  "GPU " + c.uuid + " (" + c.model + ", GPU " + std::to_string(c.index) + ") appeared on host " +
+                                      host_name + (c.health == "ok" ? "" : " (" + c.health + ")"),
+                                  std::move(data));
+          !s)
+        return s;
+      continue;
+    }
     const bool lost = c.kind == market::GpuChange::Kind::lost;
     const std::string what = lost ? gpu_loss_sentence(c.uuid, c.model, c.index, c.health, host_name)
                                   : "GPU " + c.uuid + " (" + c.model + ", GPU " + std::to_string(c.index) + ") on host " +

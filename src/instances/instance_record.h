@@ -148,7 +148,7 @@ Status mark_spend_warned(store::Database& db, const std::string& id);
 Status record_state_event(store::Database& db, const Instance& instance, SysTime now);
 // Records what a host's report found about its GPUs (market::register_host,
 // market::record_gpu_health), in the caller's transaction: the operator's `host.gpu_lost` /
-// `host.gpu_recovered` for each GPU, and `instance.gpu_lost` / `instance.gpu_recovered` for
+// `host.gpu_recovered` / `host.gpu_added` for each GPU, and `instance.gpu_lost` / `instance.gpu_recovered` for
 // the owner of the live instance whose reservation holds it. Nothing else changes: the
 // instance keeps its state, its reservation and its billing.
 Status record_gpu_changes(store::Database& db, const std::string& host_id, const std::string& host_name,

@@ -663,7 +663,7 @@ TEST_F(LifecycleTest, OddGpuReportsNeverStopTheRegistry) {
   ASSERT_TRUE(host && *host);
   EXPECT_EQ((*host)->state, "ready");
   for (const auto& g : (*host)->gpus) {
-    EXPECT_NE(g.uuid, "GPU-stranger") << "a beat does not add GPUs";
+    EXPECT_NE(g.uuid, "GPU-stranger") << "a beat adds no GPU at an index a GPU it does not name holds";
     EXPECT_NE(g.health, "ok") << g.uuid << " was reported ambiguously";
   }
   EXPECT_EQ(load(id).state, S::running);

@@ -1,5 +1,7 @@
 #include "market/hosts.h"
 
+#include <algorithm>
+
 #include <boost/json.hpp>
 
 #include <map>
@@ -43,7 +45,8 @@ std::vector<ReportedGpu> read_report(const std::string& host_id, const std::vect
       continue;
     }
     by_uuid[r.uuid] = out.size();
-    at_index[g.index].push_back(out.size());
+    // A missing GPU's index is only where it was last seen: NVML may have given it to another.
+    if (r.health != kGpuMissing) at_index[g.index].push_back(out.size());
     out.push_back(std::move(r));
   }
   for (const auto& [index, entries] : at_index) {
@@ -148,14 +151,47 @@ Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& 
 }
 
 Result<std::vector<GpuChange>> record_gpu_health(store::Database& db, const std::string& host_name,
-                                                 const std::vector<agent::GpuInfo>& gpus, SysTime now) {
+                                                 const std::vector<agent::GpuInfo>& gpus, const config::Config& config,
+                                                 SysTime now) {
   auto id = host_id_by_name(db, host_name);
   if (!id) return fail(id.error());
   if (!*id) return std::vector<GpuChange>{};
-  for (const auto& r : read_report(**id, gpus))
-    if (auto s = db.run("UPDATE gpus SET health = ?, present = 1 WHERE uuid = ? AND host_id = ?", {r.health, r.uuid, **id}); !s)
+  std::vector<GpuChange> added;
+  for (const auto& r : read_report(**id, gpus)) {
+    const auto& g = *r.info;
+    auto known = db.one("SELECT host_id FROM gpus WHERE uuid = ?", {r.uuid});
+    if (!known) return fail(known.error());
+    if (!*known) {
+      // A GPU the host did not have when it registered (a replaced card): placeable from now,
+      // if the report is clear: healthy, and at an index no recorded GPU the beat leaves
+      // unnamed still holds (else it waits for the next registration, the full inventory).
+      if (r.health != "ok") continue;
+      auto holders = db.all("SELECT uuid FROM gpus WHERE host_id = ? AND idx = ? AND present = 1", {**id, g.index});
+      if (!holders) return fail(holders.error());
+      const bool taken = std::any_of(holders->begin(), holders->end(), [&](const store::Row& h) {
+        return std::none_of(gpus.begin(), gpus.end(), [&](const agent::GpuInfo& b) { return b.uuid == h.text(0); });
+      });
+      if (taken) continue;
+      const std::string model = offer_model_for(config, g);
+      if (auto s = db.run("INSERT INTO gpus (uuid, host_id, idx, model, reported_name, memory_bytes, pci_bus_id, health, "
+                          "simulated, present) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                          {r.uuid, **id, g.index, model, g.model, g.memory_bytes, g.pci_bus_id, r.health, g.simulated});
+          !s)
+        return fail(s.error());
+      added.push_back(GpuChange{GpuChange::Kind::added, r.uuid, model, g.index, r.health, std::nullopt, std::nullopt});
+      continue;
+    }
+    if ((*known)->text(0) != **id) continue;  // another host's GPU: only its own host speaks for it
+    // Its health, and the index it has now (NVML renumbers after a GPU falls off the bus).
+    if (auto s = db.run("UPDATE gpus SET health = ?, present = 1, idx = ? WHERE uuid = ? AND host_id = ?",
+                        {r.health, g.index, r.uuid, **id});
+        !s)
       return fail(s.error());
-  return settle_gpu_losses(db, **id, now);
+  }
+  auto changes = settle_gpu_losses(db, **id, now);
+  if (!changes) return fail(changes.error());
+  added.insert(added.end(), std::make_move_iterator(changes->begin()), std::make_move_iterator(changes->end()));
+  return added;
 }
 
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,

@@ -52,11 +52,12 @@ struct HostRecord {
 };
 
 // A GPU that stopped being usable (missing, or reported unhealthy) or became usable again
-// (present and "ok"), found while recording a host's report. Each loss is found once: the
+// (present and "ok"), or that a heartbeat reported for the first time, found while recording
+// a host's report. Each loss is found once: the
 // GPU's `lost_at` is set by compare-and-set when it is first seen unusable and cleared when
 // it is usable again, so repeated reports of the same state find nothing.
 struct GpuChange {
-  enum class Kind { lost, recovered };
+  enum class Kind { lost, recovered, added };
   Kind kind = Kind::lost;
   std::string uuid;
   std::string model;
@@ -80,13 +81,17 @@ Result<HostRegistration> register_host(store::Database& db, const agent::HostInv
 // register_host without the changes (tests, tools).
 Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inventory, const config::Config& config,
                                SysTime now);
-// Records a heartbeat's GPU health. A beat names the GPUs it could describe: each one known
-// on this host takes the beat's health (and is present); a GPU the beat leaves out keeps its
-// record (only a registration, the full inventory, makes a GPU missing); a UUID the host
-// never registered is ignored until it does. Returns the GPUs lost or recovered; nothing for
-// a host that is not registered.
+// Records a heartbeat's GPUs. A beat names the GPUs it could describe: each one known on
+// this host takes the beat's health and index (and is present); a healthy UUID no host has is
+// added to this one (a card replaced while the daemon runs is placeable without a restart)
+// unless a recorded GPU the beat does not name holds its index; a UUID another host has is
+// left to that host; a GPU the beat leaves out keeps its record (only a registration, the
+// full inventory, makes a GPU missing), and a missing GPU's index (where it was last seen)
+// collides with nothing. Returns the GPUs added, lost or recovered; nothing for a host not
+// registered.
 Result<std::vector<GpuChange>> record_gpu_health(store::Database& db, const std::string& host_name,
-                                                 const std::vector<agent::GpuInfo>& gpus, SysTime now);
+                                                 const std::vector<agent::GpuInfo>& gpus, const config::Config& config,
+                                                 SysTime now);
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
                       std::optional<SysTime> last_seen);
 Result<std::vector<HostRecord>> list_hosts(store::Database& db);

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <filesystem>
 #include <thread>
 
@@ -273,25 +275,73 @@ TEST_F(ReservationTest, AGpuLossAndItsRecoveryAreFoundOnce) {
   auto again = store_->write_now([&](store::Database& db) { return register_host(db, gone, config_, system_now()); });
   ASSERT_TRUE(again);
   EXPECT_TRUE(again->changes.empty());
-  // node-2's beat naming node-1's GPU, and a UUID nobody registered: nothing.
+  // node-2's beat naming node-1's GPU changes nothing of it; a UUID no host has joins node-2.
   auto foreign = store_->write_now([&](store::Database& db) {
     return record_gpu_health(db, "node-2", {inv.gpus[0], agent::GpuInfo{5, "GPU-x", "RTX 4090", 0, "", "ok", true}},
-                             system_now());
+                             config_, system_now());
   });
   ASSERT_TRUE(foreign);
-  EXPECT_TRUE(foreign->empty());
-  auto unknown_host = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-9", inv.gpus, system_now()); });
+  ASSERT_EQ(foreign->size(), 1u);
+  EXPECT_EQ((*foreign)[0].kind, GpuChange::Kind::added);
+  EXPECT_EQ((*foreign)[0].uuid, "GPU-x");
+  auto unknown_host =
+      store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-9", inv.gpus, config_, system_now()); });
   ASSERT_TRUE(unknown_host);
   EXPECT_TRUE(unknown_host->empty());
   // node-1's own beat names it healthy: recovered, once.
-  auto back = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, system_now()); });
+  auto back =
+      store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, config_, system_now()); });
   ASSERT_TRUE(back);
   ASSERT_EQ(back->size(), 1u);
   EXPECT_EQ((*back)[0].kind, GpuChange::Kind::recovered);
   EXPECT_TRUE((*back)[0].lost_at.has_value());
-  auto same = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, system_now()); });
+  auto same =
+      store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", inv.gpus, config_, system_now()); });
   ASSERT_TRUE(same);
   EXPECT_TRUE(same->empty());
+}
+
+// A card replaced while the daemon runs: the old UUID is missing (its holder keeps its
+// reservation on it), the new one is placeable at once, and the one that renumbered keeps
+// its record under its new index; none of it needs a new registration.
+TEST_F(ReservationTest, AHeartbeatAddsAReplacedCardAndFollowsARenumberedOne) {
+  auto inv = host("node-1", 2);
+  add_host(inv);
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-a", one_gpu(), std::nullopt, system_now()); }));
+  auto two = scheduler::PlacementRequest{"zone-a", "RTX 4090", 2, 8, 32, {}};
+  // GPU 0 (held by i-a) is gone; GPU 1 is now NVML's GPU 0; a new card is GPU 1.
+  std::vector<agent::GpuInfo> beat{inv.gpus[0], inv.gpus[1],
+                                   agent::GpuInfo{1, "GPU-new", "RTX 4090", 24LL << 30, "", "ok", false}};
+  beat[0].health = kGpuMissing;
+  beat[1].index = 0;
+  auto changes = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", beat, config_, system_now()); });
+  ASSERT_TRUE(changes) << changes.error().detail;
+  ASSERT_EQ(changes->size(), 2u);
+  EXPECT_EQ((*changes)[0].kind, GpuChange::Kind::added);
+  EXPECT_EQ((*changes)[0].uuid, "GPU-new");
+  EXPECT_EQ((*changes)[0].model, "RTX 4090");
+  EXPECT_EQ((*changes)[1].kind, GpuChange::Kind::lost);
+  EXPECT_EQ((*changes)[1].uuid, "GPU-sim-node-1-0");
+  EXPECT_EQ((*changes)[1].holder, std::optional<std::string>("i-a"));
+  // The same beat again: nothing new.
+  auto again = store_->write_now([&](store::Database& db) { return record_gpu_health(db, "node-1", beat, config_, system_now()); });
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->empty());
+  auto hosts = store_->read_now([](store::Database& db) { return list_hosts(db); });
+  ASSERT_TRUE(hosts);
+  ASSERT_EQ(hosts->size(), 1u);
+  std::map<std::string, GpuRecord> by_uuid;
+  for (const auto& g : hosts->front().gpus) by_uuid[g.uuid] = g;
+  ASSERT_EQ(by_uuid.size(), 3u);
+  EXPECT_EQ(by_uuid["GPU-sim-node-1-1"].index, 0);
+  EXPECT_EQ(by_uuid["GPU-new"].index, 1);
+  EXPECT_EQ(by_uuid["GPU-sim-node-1-0"].reserved_by, std::optional<std::string>("i-a"));
+  // Two free usable GPUs now: the survivor and the new card, never the missing one.
+  auto placed = store_->write_now([&](store::Database& db) { return reserve(db, "i-b", two, std::nullopt, system_now()); });
+  ASSERT_TRUE(placed) << placed.error().detail;
+  auto got = placed->gpu_uuids;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"GPU-new", "GPU-sim-node-1-1"}));
 }
 
 TEST(GpuMigration, ReservationsByIndexBecomeReservationsByUuid) {

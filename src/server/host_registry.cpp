@@ -96,8 +96,8 @@ void HostRegistry::follow_gpu_health(agent::Heartbeat beat) {
   auto known = reported_gpus_->find(beat.host_name);
   if (known == reported_gpus_->end() || beat.gpus.empty() || same_gpus(known->second, beat.gpus)) return;
   known->second = beat.gpus;
-  auto record = [gpus = beat.gpus, name = beat.host_name, now = clock_.now()](store::Database& db) -> Status {
-    auto changes = market::record_gpu_health(db, name, gpus, system_now());
+  auto record = [this, gpus = beat.gpus, name = beat.host_name, now = clock_.now()](store::Database& db) -> Status {
+    auto changes = market::record_gpu_health(db, name, gpus, config_, system_now());
     if (!changes) return fail(changes.error());
     if (changes->empty()) return ok();
     auto id = market::host_id_by_name(db, name);
