@@ -232,7 +232,7 @@ HostRecord host_from(const store::Row& r) {
 Status attach_gpus(store::Database& db, std::vector<HostRecord>& hosts) {
   auto rows = db.all(
       "SELECT g.host_id, g.idx, g.uuid, g.model, g.reported_name, g.memory_bytes, g.pci_bus_id, g.health, g.simulated, "
-      "g.present, r.holder FROM gpus g "
+      "g.present, r.holder, g.lost_at FROM gpus g "
       "LEFT JOIN gpu_reservations gr ON gr.gpu_uuid = g.uuid AND gr.active = 1 "
       "LEFT JOIN reservations r ON r.id = gr.reservation_id "
       "ORDER BY g.host_id, g.present DESC, g.idx, g.uuid");
@@ -242,8 +242,11 @@ Status attach_gpus(store::Database& db, std::vector<HostRecord>& hosts) {
   for (const auto& r : *rows) {
     auto it = by_id.find(r.text(0));
     if (it == by_id.end()) continue;
-    it->second->gpus.push_back(GpuRecord{static_cast<int>(r.int64(1)), r.text(2), r.text(3), r.text(4), r.int64(5),
-                                         r.text(6), r.text(7), r.int64(8) != 0, r.int64(9) != 0, r.opt_text(10)});
+    std::optional<SysTime> lost_at;
+    if (auto lost = r.opt_int64(11)) lost_at = from_unix_micros(*lost);
+    GpuRecord g{static_cast<int>(r.int64(1)), r.text(2), r.text(3), r.text(4), r.int64(5), r.text(6),
+                r.text(7), r.int64(8) != 0, r.int64(9) != 0, r.opt_text(10), lost_at};
+    it->second->gpus.push_back(std::move(g));
   }
   return ok();
 }
@@ -306,7 +309,8 @@ json::object host_json(const HostRecord& h) {
                    {"memory_gib", g.memory_bytes / (1LL << 30)},
                    {"pci_bus_id", g.pci_bus_id},
                    {"health", g.present ? g.health : std::string(kGpuMissing)},
-                   {"simulated", g.simulated}};
+                   {"simulated", g.simulated},
+                   {"lost_at", g.lost_at ? json::value(format_rfc3339(*g.lost_at)) : json::value(nullptr)}};
     // The holder of the reservation; `instance` names it once it is an instance id.
     if (g.reserved_by) {
       o["reserved_by"] = *g.reserved_by;

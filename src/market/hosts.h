@@ -30,6 +30,7 @@ struct GpuRecord {
   bool simulated = false;
   bool present = true;
   std::optional<std::string> reserved_by;  // holder (instance id) of the active reservation
+  std::optional<SysTime> lost_at;          // since when it has not been usable (missing or unhealthy)
 };
 
 struct HostRecord {

@@ -360,7 +360,8 @@ json::object component_schemas() {
                          {"health", str("\"ok\", \"missing\" (no longer reported by the host), or why not")},
                          {"simulated", boolean()},
                          {"reserved_by", nullable(str("The holder of its active reservation"))},
-                         {"instance", nullable(str("The holding instance's id"))}});
+                         {"instance", nullable(str("The holding instance's id"))},
+                         {"lost_at", nullable(time("Since when it has not been usable (missing or unhealthy)"))}});
   s["Host"] = answer({{"id", str("h-...")},
                       {"name", str()},
                       {"zone", str()},

@@ -371,6 +371,7 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   host.gpus = {gpu};
   check("Host", market::host_json(host));
   host.gpus[0].reserved_by = "i-1";
+  host.gpus[0].lost_at = now;
   host.last_seen = now;
   host.inventory_error = "NVML: driver not loaded";
   check("Host", market::host_json(host));
