@@ -8,6 +8,7 @@
 #include <optional>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -68,7 +69,11 @@ class Held {
  public:
   template <class Lock>
   explicit Held(Lock& lock) : unlock_([&lock] { lock.unlock(); }) {}
-  ~Held() { unlock_(); }
+  ~Held() {
+    if (unlock_) unlock_();
+  }
+  // The lock stays held past this scope: whoever it is handed to unlocks it.
+  void hand_off() { unlock_ = nullptr; }
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
 
@@ -145,7 +150,10 @@ DiskRuntime::DiskRuntime(net::any_io_executor loop, std::string agent_dir, std::
   }
 }
 
-DiskRuntime::~DiskRuntime() { pool_.join(); }  // a driver call under way finishes (its waiter is gone)
+DiskRuntime::~DiskRuntime() {
+  alive_->store(false);  // a background step that resumes after this touches nothing of ours
+  pool_.join();          // a driver call under way finishes (its waiter is gone)
+}
 
 void DiskRuntime::register_handlers(LocalAgent& agent) {
   for (const char* kind : {"disk.ensure", "disk.remove", "disk.snapshot", "snapshot.remove", "disk.status"}) {
@@ -387,9 +395,44 @@ awaitable<Result<json::object>> DiskRuntime::snapshot_disk(Driver& driver, json:
   auto made = co_await offload<Result<SnapshotInfo>>(pool_.get_executor(), std::move(job));
   if (!made) co_return fail(std::move(made.error()));
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
-  spdlog::info(R"({{"event":"disk_snapshot","disk":"{}","snapshot":"{}","driver":"{}","ms":{}}})", disk, snap,
-               driver.name, ms.count());
+  spdlog::info(R"({{"event":"disk_snapshot","disk":"{}","snapshot":"{}","driver":"{}","ms":{},"durable":{}}})", disk,
+               snap, driver.name, ms.count(), made->durable);
+  if (!made->durable) {
+    // Answered before it is durable: the durable step runs next, holding the snapshot's lock
+    // from here on (no other call on this snapshot gets in between: a snapshot.remove or a
+    // disk made from it waits for the fsync, and never races it on a deleted file).
+    snap_held.hand_off();
+    net::co_spawn(strand_, make_durable(&driver, snap), net::detached);
+  }
   co_return snapshot_json(*made);
+}
+
+awaitable<void> DiskRuntime::make_durable(Driver* driver, std::string snapshot_id) {
+  // The snapshot's lock is held (handed over by snapshot_disk); it is unlocked here. Nothing
+  // here touches the runtime once it is gone: its destructor waits for the driver call.
+  const auto alive = alive_;
+  if (!alive->load()) co_return;
+  disks::DiskDriver* impl = driver->impl.get();
+  const std::string snap = snapshot_id, name = driver->name;
+  auto job = [impl, snap]() -> Status { return impl->make_snapshot_durable(snap); };
+  const auto started = std::chrono::steady_clock::now();
+  Status done = ok();
+  try {
+    done = co_await offload<Status>(pool_.get_executor(), std::move(job));
+  } catch (const std::exception& e) {
+    done = fail(ErrorCode::internal, e.what());
+  }
+  if (!alive->load()) co_return;
+  lock_for("snap:" + snap).unlock();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  if (!done) {
+    // Left "durable": false: the driver's next start makes it durable (same boot).
+    spdlog::warn(
+        R"({{"event":"disk_snapshot_durable_failed","snapshot":"{}","driver":"{}","error":{},"note":"tried again at the next start"}})",
+        snap, name, q(done.error().detail));
+    co_return;
+  }
+  spdlog::info(R"({{"event":"disk_snapshot_durable","snapshot":"{}","driver":"{}","ms":{}}})", snap, name, ms.count());
 }
 
 awaitable<Result<json::object>> DiskRuntime::remove_snapshot(Driver& driver, json::object desired) {

@@ -13,7 +13,12 @@
 //                    still holds it). observed {"disk_id", "existed"}
 //   disk.snapshot    desired {"disk_id", "snapshot_id"}: a consistent snapshot (a mounted
 //                    loop-ext4 disk is frozen while copied); the same snapshot_id again is
-//                    success, for another disk conflict; no such disk not_found.
+//                    success, for another disk conflict; no such disk not_found. loop-ext4
+//                    answers before the copy is written back (usable at once; a kill -9 or a
+//                    dockerd restart keeps it); the runtime then runs the driver's
+//                    make_snapshot_durable on its pool, holding the snapshot's lock, so a
+//                    snapshot.remove or a disk made from it waits for that fsync. A failure
+//                    is logged and done again by the driver's next start.
 //                    observed {"snapshot_id", "disk_id", "size_gib", "used_bytes"}
 //   snapshot.remove  desired {"snapshot_id"}; absent is success. observed {"snapshot_id", "existed"}
 //   disk.status      desired {}: {"driver", "enforces_size", "disks": [{"disk_id", "size_gib",
@@ -40,6 +45,7 @@
 // Threads: the state lives on a strand of the given executor; every driver call (they block:
 // mkfs, mount, cp, btrfs) runs on this runtime's own thread pool. Calls for one disk or
 // snapshot run one at a time, in order; different disks proceed concurrently.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -132,6 +138,9 @@ class DiskRuntime {
   boost::asio::awaitable<Result<boost::json::object>> ensure_disk(Driver& driver, boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> remove_disk(Driver& driver, boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> snapshot_disk(Driver& driver, boost::json::object desired);
+  // After a snapshot answered before it was durable: the driver's make_snapshot_durable, on
+  // the pool, holding the snapshot's lock (taken over from snapshot_disk, released here).
+  boost::asio::awaitable<void> make_durable(Driver* driver, std::string snapshot_id);
   boost::asio::awaitable<Result<boost::json::object>> remove_snapshot(Driver& driver, boost::json::object desired);
   boost::asio::awaitable<Result<boost::json::object>> status(Driver& driver);
 
@@ -146,6 +155,8 @@ class DiskRuntime {
   std::map<std::string, Claim> claims_;                     // by disk id
   std::map<std::string, std::unique_ptr<AsyncLock>> locks_;  // "disk:ID", "snap:ID"
   std::unique_ptr<AsyncLock> start_lock_;
+  // false once the destructor runs: a background step resuming later touches nothing.
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
   boost::asio::thread_pool pool_;
 };
 

@@ -344,6 +344,11 @@ TEST_P(DiskCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartSettles) {
     const std::string id(snaps[0].at("id").as_string());
     EXPECT_EQ(events(id, "snapshot.available"), 1);
     EXPECT_EQ(blob_sum(snapshot_image(id)), sum) << "the snapshot holds the file";
+    // Answered before its fsync; the agent's durable step (or, after the kill, its start) ran.
+    const std::string meta = agent_dir() + "/disks/loop-ext4/snapshots/" + id + ".json";
+    EXPECT_TRUE(wait_until([&] { return shell("grep -c '\"durable\":true' '" + meta + "'") == "1\n"; }, 30s,
+                           "the snapshot to be durable"))
+        << shell("cat '" + meta + "'");
     if (online) {
       EXPECT_TRUE(remote_write(box, "/root/data/after")) << "the disk is not left frozen";
       EXPECT_EQ(remote_sum(box, "/root/data/blob"), sum);

@@ -17,6 +17,12 @@
 // what such a crash left (temporary files, orphaned loop devices, frozen filesystems). A
 // driver never deletes a disk or a snapshot except through remove / remove_snapshot.
 //
+// Durability: a disk (create, create_from_snapshot, grow) is on stable storage when the call
+// answers. A snapshot may answer before it is (loop-ext4: its copy is still in the page
+// cache, which a kill -9 of the agent or a dockerd restart does not lose); the caller then
+// runs make_snapshot_durable, and start() finishes what a crash left undone. A snapshot a
+// host crash caught before it was durable is set aside, never listed as good.
+//
 // Errors are values: invalid_argument (a bad id, a shrink), not_found (no such snapshot),
 // conflict (in use), internal (a tool failed: its stderr in the detail), unavailable (a tool
 // is missing, not root).
@@ -44,6 +50,9 @@ struct SnapshotInfo {
   std::string disk_id;          // the disk it was taken of ("" when that was lost)
   std::int64_t size_bytes = 0;  // the disk's size when taken (a disk made from it is at least this)
   std::int64_t used_bytes = 0;
+  // On stable storage (a host crash keeps it). false: consistent and usable (a disk can be
+  // made from it), durable once make_snapshot_durable has run.
+  bool durable = true;
 };
 
 struct DiskDriverOptions {
@@ -64,7 +73,8 @@ class DiskDriver {
 
   // Makes the driver's directories (and the btrfs pool, mounted), then removes a crash's
   // leftovers: temporary files and subvolumes, orphaned loop devices of its images, frozen
-  // filesystems of its mounts. Touches no whole disk.
+  // filesystems of its mounts. Touches no whole disk. Snapshots not yet durable are made
+  // durable (same boot) or set aside as torn (the host went down since).
   virtual Status start() = 0;
   // Unmounts every disk of this driver that is mounted and not in `keep` (the disks of
   // running instances, after an agent restart). btrfs: nothing to do.
@@ -96,6 +106,14 @@ class DiskDriver {
   // conflict when the snapshot id exists for another disk; existing for this disk = ok.
   virtual Result<SnapshotInfo> snapshot(const std::string& disk_id, const std::string& snapshot_id) = 0;
   virtual Status remove_snapshot(const std::string& snapshot_id) = 0;  // absent = ok
+  // Puts a snapshot that answered before it was durable on stable storage (loop-ext4: fsync
+  // of the copy, then its metadata says so). Absent or durable already = ok. Blocking for as
+  // long as the writeback takes. The default: a driver whose snapshots are durable at once
+  // (btrfs) has nothing to do.
+  virtual Status make_snapshot_durable(const std::string& snapshot_id) {
+    (void)snapshot_id;
+    return ok();
+  }
 
   // What exists, for disk.status and reconcile.
   virtual Result<std::vector<DiskInfo>> list_disks() = 0;

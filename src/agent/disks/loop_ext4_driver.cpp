@@ -18,6 +18,7 @@
 
 #include "agent/disks/disk_tools.h"
 #include "agent/disks/ext4_superblock.h"
+#include "agent/log_text.h"
 #include "core/fault_points.h"
 
 namespace gpucloud::agent::disks {
@@ -118,8 +119,44 @@ class Freeze {
   bool frozen_ = false;
 };
 
-std::string meta_json(const std::string& disk_id, std::int64_t size_bytes) {
-  return json::serialize(json::object{{"disk_id", disk_id}, {"size_bytes", size_bytes}});
+// This boot of the host (changes at every boot, not at an agent restart).
+std::string current_boot_id() {
+  auto text = read_small_file("/proc/sys/kernel/random/boot_id");
+  if (!text) return "";
+  std::string id = *text;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+std::string meta_json(const std::string& disk_id, std::int64_t size_bytes, bool durable, const std::string& boot_id) {
+  return json::serialize(
+      json::object{{"disk_id", disk_id}, {"size_bytes", size_bytes}, {"durable", durable}, {"boot_id", boot_id}});
+}
+
+// A snapshot's metadata file, parsed. `durable` is true where the field is missing (snapshots
+// made before it existed were fsynced before they answered).
+struct SnapshotMeta {
+  bool present = false;
+  std::string disk_id;
+  std::int64_t size_bytes = 0;
+  bool durable = true;
+  std::string boot_id;
+};
+
+SnapshotMeta read_meta(const std::string& path) {
+  SnapshotMeta m;
+  auto text = read_small_file(path);
+  if (!text) return m;
+  boost::system::error_code ec;
+  auto v = json::parse(*text, ec);
+  if (ec || !v.is_object()) return m;
+  const auto& o = v.as_object();
+  m.present = true;
+  if (const auto* d = o.if_contains("disk_id"); d && d->is_string()) m.disk_id = d->as_string();
+  if (const auto* n = o.if_contains("size_bytes"); n && n->is_int64()) m.size_bytes = n->as_int64();
+  if (const auto* d = o.if_contains("durable"); d && d->is_bool()) m.durable = d->as_bool();
+  if (const auto* b = o.if_contains("boot_id"); b && b->is_string()) m.boot_id = b->as_string();
+  return m;
 }
 
 }  // namespace
@@ -165,7 +202,35 @@ Status LoopExt4Driver::start() {
     for (const auto& m : *table) mounted = mounted || m.source == d.device;
     if (!mounted) (void)run_tool({"losetup", "--detach", d.device}, kUtilLinux);
   }
+  sweep_snapshots_not_durable();
   return ok();
+}
+
+void LoopExt4Driver::sweep_snapshots_not_durable() {
+  const std::string boot = current_boot_id();
+  for (const auto& id : ids_in(snapshots_, ".json")) {
+    const SnapshotMeta meta = read_meta(snapshot_meta_path(id));
+    if (!meta.present || meta.durable || !is_file(snapshot_image_path(id))) continue;
+    if (!boot.empty() && meta.boot_id == boot) {
+      // The agent went down between the answer and the fsync: the copy is whole in the page
+      // cache (or written back already). A failure is tried again at the next start.
+      if (auto s = make_snapshot_durable(id); !s) {
+        spdlog::warn(R"({{"event":"disk_snapshot_durable_failed","snapshot":"{}","error":{},"note":"tried again at the next start"}})",
+                     id, q(s.error().detail));
+      } else {
+        spdlog::info(R"({{"event":"disk_snapshot_made_durable_at_start","snapshot":"{}"}})", id);
+      }
+      continue;
+    }
+    // The host went down before the copy reached the disk: it may be torn. Not deleted (an
+    // operator may look at it), never listed or used: <id>.img.torn and <id>.json.torn.
+    const std::string torn_image = snapshot_image_path(id) + ".torn", torn_meta = snapshot_meta_path(id) + ".torn";
+    Status moved = rename_durably(snapshot_image_path(id), torn_image);
+    if (moved) moved = rename_durably(snapshot_meta_path(id), torn_meta);
+    spdlog::error(
+        R"({{"event":"disk_snapshot_torn","snapshot":"{}","disk":{},"boot_id":{},"this_boot_id":{},"moved_to":{},"error":{},"note":"the host went down before the snapshot was durable; it is no longer offered"}})",
+        id, q(meta.disk_id), q(meta.boot_id), q(boot), q(torn_image), q(moved ? std::string() : moved.error().detail));
+  }
 }
 
 Status LoopExt4Driver::unmount_all_except(const std::set<std::string>& keep) {
@@ -443,13 +508,9 @@ Result<std::optional<SnapshotInfo>> LoopExt4Driver::inspect_snapshot(const std::
   SnapshotInfo info;
   info.snapshot_id = snapshot_id;
   info.size_bytes = file_size(image);
-  if (auto text = read_small_file(snapshot_meta_path(snapshot_id))) {
-    boost::system::error_code ec;
-    auto v = json::parse(*text, ec);
-    if (!ec && v.is_object()) {
-      if (const auto* d = v.as_object().if_contains("disk_id"); d && d->is_string()) info.disk_id = d->as_string();
-    }
-  }
+  const SnapshotMeta meta = read_meta(snapshot_meta_path(snapshot_id));
+  info.disk_id = meta.disk_id;
+  info.durable = meta.durable;
   auto sb = read_ext4_superblock(image);
   if (!sb) return fail(std::move(sb.error()));
   info.used_bytes = sb->used_bytes();
@@ -503,8 +564,19 @@ Result<SnapshotInfo> LoopExt4Driver::snapshot(const std::string& disk_id, const 
       return fail(std::move(thawed.error()));
     }
   }
-  if (auto s = fsync_file(tmp); !s) return fail(std::move(s.error()));
-  if (auto s = write_file_durably(snapshot_meta_path(snapshot_id), meta_json(disk_id, size)); !s) {
+  // No fsync of the copy here: it answers from the page cache (a kill -9 of the agent or a
+  // dockerd restart keeps it), and make_snapshot_durable writes it back right after. The
+  // metadata goes first, durably, saying so and naming this boot: start() can then tell a
+  // copy the page cache still holds from one a host crash may have torn. Without a boot id
+  // to tell them apart, the copy is fsynced before the answer, as it always was.
+  const std::string boot = current_boot_id();
+  if (boot.empty()) {
+    if (auto s = fsync_file(tmp); !s) {
+      (void)remove_file(tmp);
+      return fail(std::move(s.error()));
+    }
+  }
+  if (auto s = write_file_durably(snapshot_meta_path(snapshot_id), meta_json(disk_id, size, boot.empty(), boot)); !s) {
     (void)remove_file(tmp);
     return fail(std::move(s.error()));
   }
@@ -519,7 +591,22 @@ Status LoopExt4Driver::remove_snapshot(const std::string& snapshot_id) {
   if (auto s = check_id(snapshot_id, "snapshot_id"); !s) return s;
   if (auto s = remove_file(snapshot_image_path(snapshot_id)); !s) return s;
   if (auto s = remove_file(snapshot_meta_path(snapshot_id)); !s) return s;
+  // A copy set aside as torn at a start goes with it.
+  if (auto s = remove_file(snapshot_image_path(snapshot_id) + ".torn"); !s) return s;
+  if (auto s = remove_file(snapshot_meta_path(snapshot_id) + ".torn"); !s) return s;
   return fsync_directory(snapshots_);
+}
+
+Status LoopExt4Driver::make_snapshot_durable(const std::string& snapshot_id) {
+  if (auto s = check_id(snapshot_id, "snapshot_id"); !s) return s;
+  const std::string image = snapshot_image_path(snapshot_id);
+  if (!is_file(image)) return ok();  // removed meanwhile, or set aside
+  const SnapshotMeta meta = read_meta(snapshot_meta_path(snapshot_id));
+  if (!meta.present || meta.durable) return ok();
+  if (auto s = fsync_file(image); !s) return s;
+  // Only now may the metadata say so: a host crash before this line leaves "durable": false.
+  return write_file_durably(snapshot_meta_path(snapshot_id),
+                            meta_json(meta.disk_id, meta.size_bytes, true, meta.boot_id));
 }
 
 }  // namespace gpucloud::agent::disks
