@@ -459,6 +459,7 @@ awaitable<Result<json::object>> DiskRuntime::status(Driver& driver) {
   struct Listing {
     std::vector<DiskInfo> disks;
     std::vector<SnapshotInfo> snapshots;
+    std::vector<std::string> torn;
   };
   auto job = [impl]() -> Result<Listing> {
     Listing out;
@@ -468,6 +469,7 @@ awaitable<Result<json::object>> DiskRuntime::status(Driver& driver) {
     if (!s) return fail(std::move(s.error()));
     out.disks = std::move(*d);
     out.snapshots = std::move(*s);
+    out.torn = impl->torn_snapshots();
     return out;
   };
   auto listing = co_await offload<Result<Listing>>(pool_.get_executor(), std::move(job));
@@ -482,10 +484,13 @@ awaitable<Result<json::object>> DiskRuntime::status(Driver& driver) {
     disk_list.push_back(std::move(o));
   }
   for (const auto& s : listing->snapshots) snapshot_list.push_back(snapshot_json(s));
+  json::array torn;
+  for (const auto& id : listing->torn) torn.emplace_back(id);
   co_return json::object{{"driver", driver.name},
                          {"enforces_size", impl->enforces_size()},
                          {"disks", std::move(disk_list)},
-                         {"snapshots", std::move(snapshot_list)}};
+                         {"snapshots", std::move(snapshot_list)},
+                         {"torn_snapshots", std::move(torn)}};
 }
 
 // ---- instances -------------------------------------------------------------------------------

@@ -23,7 +23,8 @@
 //   snapshot.remove  desired {"snapshot_id"}; absent is success. observed {"snapshot_id", "existed"}
 //   disk.status      desired {}: {"driver", "enforces_size", "disks": [{"disk_id", "size_gib",
 //                    "used_bytes", "mounted"}], "snapshots": [{"snapshot_id", "disk_id",
-//                    "size_gib", "used_bytes"}]} of the command's host's driver
+//                    "size_gib", "used_bytes"}], "torn_snapshots": [ids set aside after a host
+//                    crash before they were durable]} of the command's host's driver
 //
 // Command.host_name picks the host, hence the driver (empty: the only host). Hosts of an
 // all-in-one agent that name the same driver share its store (ids are global, so nothing

@@ -369,6 +369,24 @@ Result<Snapshot> restore_snapshot(store::Database& db, const Actor& actor, const
   return reload_snapshot(db, s->id);
 }
 
+Status mark_snapshots_torn(store::Database& db, const std::string& host_id, const std::string& host_name,
+                           const std::vector<std::string>& torn, SysTime now) {
+  for (const auto& id : torn) {
+    auto s = load_snapshot(db, id);
+    if (!s) return fail(s.error());
+    if (!*s || (*s)->host_id != host_id || (*s)->state != SS::available) continue;
+    Snapshot next = **s;
+    next.state = SS::error;
+    next.state_reason = "lost: host " + host_name + " went down before the snapshot reached its disk";
+    Change c{"snapshot.error",
+             "snapshot " + next.name + " was lost: host " + host_name +
+                 " went down before it reached the disk; it no longer bills, delete it",
+             json::object{{"reason", "torn"}, {"host", host_name}}};
+    if (auto st = update_snapshot(db, **s, next, c, now); !st) return st;
+  }
+  return ok();
+}
+
 Result<std::optional<std::string>> check_instance_disks(store::Database& db, const config::Config& config,
                                                         const Actor& actor, const std::vector<InstanceDataDisk>& disks) {
   std::set<std::string> paths, ids;

@@ -50,6 +50,12 @@ Result<Snapshot> snapshot_disk(store::Database& db, const Actor& actor, const st
 Result<Snapshot> delete_snapshot(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& snapshot, SysTime now);
 Result<Snapshot> restore_snapshot(store::Database& db, const Actor& actor, const std::string& snapshot, SysTime now);
+// Snapshots their host set aside as torn (it went down before the copy reached its disk; see
+// agent/disks/loop_ext4_driver.h): each of `host_id` that is still `available` goes to
+// `error` with the reason, which stops its billing and tells its owner (`snapshot.error`);
+// deleting it removes the host's copy. Unknown ids, other hosts' and other states: nothing.
+Status mark_snapshots_torn(store::Database& db, const std::string& host_id, const std::string& host_name,
+                           const std::vector<std::string>& torn, SysTime now);
 
 // ---- with instances ---------------------------------------------------------------------
 // POST /instances "data_disks": new disks made with the instance, or existing ones attached.

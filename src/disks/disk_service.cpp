@@ -1,6 +1,7 @@
 #include "disks/disk_service.h"
 
 #include "billing/resource_meters.h"
+#include "disks/disk_actions.h"
 
 #include <exception>
 
@@ -367,11 +368,16 @@ asio::awaitable<void> DiskService::refresh_usage() {
         if (v.is_object())
           if (auto* id = v.as_object().if_contains("snapshot_id"); id && id->is_string())
             snapshot_used[std::string(id->as_string())] = observed_int(v.as_object(), "used_bytes", 0);
-    if (disk_used.empty() && snapshot_used.empty()) continue;
+    std::vector<std::string> torn;
+    if (auto* a = outcome->observed.if_contains("torn_snapshots"); a && a->is_array())
+      for (const auto& v : a->as_array())
+        if (v.is_string()) torn.emplace_back(v.as_string());
+    if (disk_used.empty() && snapshot_used.empty() && torn.empty()) continue;
     // Only a number that changed is written, without an event and without moving the
     // generation (usage is an observation, not a change the agent must follow).
     const SysTime now = clock_.now();
-    auto record = [disk_used, snapshot_used, now](store::Database& db) -> Status {
+    auto record = [disk_used, snapshot_used, torn, host_id, host_name, now](store::Database& db) -> Status {
+      if (auto s = mark_snapshots_torn(db, host_id, host_name, torn, now); !s) return s;
       for (const auto& [id, used] : disk_used)
         if (auto s = db.run("UPDATE disks SET used_bytes = ? WHERE id = ? AND used_bytes != ? AND state != 'destroyed'",
                             {used, id, used});

@@ -81,7 +81,13 @@ class FakeAgent : public agent::HostAgent {
     } else if (command.kind == "disk.status") {
       json::array ds;
       for (const auto& [id, size] : disks) ds.push_back(json::object{{"disk_id", id}, {"size_gib", size}, {"used_bytes", 777}});
-      out.observed = json::object{{"driver", "fake"}, {"enforces_size", true}, {"disks", std::move(ds)}, {"snapshots", json::array{}}};
+      json::array torn_ids;
+      for (const auto& id : torn) torn_ids.emplace_back(id);
+      out.observed = json::object{{"driver", "fake"},
+                                  {"enforces_size", true},
+                                  {"disks", std::move(ds)},
+                                  {"snapshots", json::array{}},
+                                  {"torn_snapshots", std::move(torn_ids)}};
     } else if (command.kind == "instance.ensure") {
       running[str("instance_id")] = d.at("state").as_string() == "running";
       out.observed = json::object{{"running", running[str("instance_id")]}, {"container_id", "c-1"}, {"ipv4", "10.88.0.2"},
@@ -105,6 +111,7 @@ class FakeAgent : public agent::HostAgent {
   }
   std::vector<agent::Command> log;
   std::map<std::string, std::int64_t> disks, snapshots;
+  std::vector<std::string> torn;  // disk.status: snapshots the host set aside after a crash
   std::map<std::string, bool> running;
   bool refuse_disks = false;
 };
@@ -512,6 +519,58 @@ TEST_F(DisksTest, SnapshotsAndDisksMadeFromThem) {
   auto theirs = write([&](store::Database& db) { return create_disk(db, config_, Actor{bob_, false}, "d-bob", from, clock_->now()); });
   ASSERT_FALSE(theirs);
   EXPECT_EQ(theirs.error().code, ErrorCode::invalid_argument);
+}
+
+// A snapshot its host set aside as torn (the host went down before the copy was durable)
+// goes to error at the next pass, with the reason, and stops billing; others are untouched.
+TEST_F(DisksTest, ASnapshotTheHostReportsTornIsLostAndStopsBilling) {
+  auto id = made_disk("data", 10);
+  std::vector<std::string> snaps;
+  for (const char* name : {"kept", "torn"}) {
+    const std::string snap_id = std::string("snap-") + name + "aaaaaaaa";
+    auto snap = write([&](store::Database& db) { return snapshot_disk(db, alice(), id, snap_id, name, clock_->now()); });
+    ASSERT_TRUE(snap) << snap.error().detail;
+    disks_->kick_snapshot(snap->id);
+    ASSERT_TRUE(pump([&] {
+      auto s = store_->read_now([&](store::Database& db) { return load_snapshot(db, snap->id); });
+      return s && *s && (*s)->state == SnapshotState::available;
+    }));
+    snaps.push_back(snap->id);
+  }
+  auto open_meter = [&](const std::string& snap) {
+    auto row = store_->read_now([&](store::Database& db) {
+      return db.one("SELECT COUNT(*) FROM meters WHERE resource = ? AND open_since IS NOT NULL", {snap});
+    });
+    return row && *row && (*row)->int64(0) == 1;
+  };
+  ASSERT_TRUE(open_meter(snaps[1]));
+  agent_.torn = {snaps[1], "snap-unknownaaaa"};
+  bool done = false;
+  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
+    co_await disks_->reconcile();
+    done = true;
+  }, asio::detached);
+  ASSERT_TRUE(pump([&] { return done; }));
+  auto state_of = [&](const std::string& snap) {
+    auto s = store_->read_now([&](store::Database& db) { return load_snapshot(db, snap); });
+    EXPECT_TRUE(s && *s);
+    return **s;
+  };
+  EXPECT_EQ(state_of(snaps[0]).state, SnapshotState::available);
+  EXPECT_TRUE(open_meter(snaps[0]));
+  const Snapshot lost = state_of(snaps[1]);
+  EXPECT_EQ(lost.state, SnapshotState::error);
+  EXPECT_NE(lost.state_reason.find("went down before the snapshot reached its disk"), std::string::npos) << lost.state_reason;
+  EXPECT_FALSE(open_meter(snaps[1])) << "a lost snapshot no longer bills";
+  EXPECT_TRUE(has_event(snaps[1], "snapshot.error"));
+  // Reported again: nothing more happens (it is no longer available).
+  done = false;
+  asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
+    co_await disks_->reconcile();
+    done = true;
+  }, asio::detached);
+  ASSERT_TRUE(pump([&] { return done; }));
+  EXPECT_EQ(state_of(snaps[1]).generation, lost.generation);
 }
 
 TEST_F(DisksTest, AHalfMadeDiskIsFinishedByTheNextPass) {

@@ -406,6 +406,7 @@ TEST_P(DiskDriverTest, ROOT_StartMakesDurableASnapshotOfThisBootAndSetsAsideOneO
   std::set<std::string> ids;
   for (const auto& i : *listed) ids.insert(i.snapshot_id);
   EXPECT_EQ(ids, (std::set<std::string>{same, old}));
+  EXPECT_EQ(driver_->torn_snapshots(), std::vector<std::string>{other}) << "reported, for the control plane";
   auto from_torn = driver_->create_from_snapshot(new_disk_id(), other, 64 * kMiB);
   ASSERT_FALSE(from_torn);
   EXPECT_EQ(from_torn.error().code, ErrorCode::not_found);
@@ -423,6 +424,7 @@ TEST_P(DiskDriverTest, ROOT_StartMakesDurableASnapshotOfThisBootAndSetsAsideOneO
   ASSERT_TRUE(driver_->create_from_snapshot(copy, same, 64 * kMiB));
   EXPECT_TRUE(read_all(fs::path(mount(copy)) / "data.bin") == data);
   ASSERT_TRUE(driver_->remove_snapshot(other));
+  EXPECT_TRUE(driver_->torn_snapshots().empty());
   EXPECT_FALSE(fs::exists(snaps_dir + other + ".img.torn"));
   EXPECT_FALSE(fs::exists(snaps_dir + other + ".json.torn"));
   ASSERT_TRUE(driver_->unmount(copy));

@@ -118,6 +118,9 @@ class DiskDriver {
   // What exists, for disk.status and reconcile.
   virtual Result<std::vector<DiskInfo>> list_disks() = 0;
   virtual Result<std::vector<SnapshotInfo>> list_snapshots() = 0;
+  // Snapshots set aside at a start because the host went down before they were durable
+  // (never listed above): the control plane marks them lost. Default: none.
+  virtual std::vector<std::string> torn_snapshots() { return {}; }
 };
 
 // Disk and snapshot ids name files and subvolumes: a lowercase prefix, '-', then letters and

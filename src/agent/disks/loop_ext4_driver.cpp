@@ -527,6 +527,8 @@ Result<std::vector<SnapshotInfo>> LoopExt4Driver::list_snapshots() {
   return out;
 }
 
+std::vector<std::string> LoopExt4Driver::torn_snapshots() { return ids_in(snapshots_, ".img.torn"); }
+
 Result<SnapshotInfo> LoopExt4Driver::snapshot(const std::string& disk_id, const std::string& snapshot_id) {
   if (auto s = check_id(disk_id, "disk_id"); !s) return fail(std::move(s.error()));
   if (auto s = check_id(snapshot_id, "snapshot_id"); !s) return fail(std::move(s.error()));

@@ -60,6 +60,7 @@ class LoopExt4Driver : public DiskDriver {
   Status make_snapshot_durable(const std::string& snapshot_id) override;
   Result<std::vector<DiskInfo>> list_disks() override;
   Result<std::vector<SnapshotInfo>> list_snapshots() override;
+  std::vector<std::string> torn_snapshots() override;
 
   std::string image_path(const std::string& disk_id) const { return root_ + "/" + disk_id + ".img"; }
   std::string mount_path(const std::string& disk_id) const { return mounts_ + "/" + disk_id; }
