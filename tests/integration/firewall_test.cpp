@@ -548,7 +548,10 @@ TEST_P(NftablesFirewallTest, ROOT_ApplyIsIdempotentAndLeavesOtherTablesAlone) {
 // A replace is one transaction: while the table is rewritten again and again (each time with
 // other sources for ~400 more ports of this test's block, so each apply takes a while), an
 // allowed client keeps connecting at every moment and a blocked port never answers.
-TEST_P(NftablesFirewallTest, ROOT_NoHoleWhileTheTableIsReplaced) {
+// SERIAL_: the probe's 900 ms handshake limit is a timing judgment; with two other tests on two
+// cores the kernel's own packet processing was seen to lag past it (2 of ~100 probes, while a
+// split transaction misses ~80), so it runs alone.
+TEST_P(NftablesFirewallTest, ROOT_SERIAL_NoHoleWhileTheTableIsReplaced) {
   auto table = [&](int round) {
     auto p = ports({client_ip_ + "/32"});
     p[1].allowed = {SourceRule{"192.0.2.0/24"}};  // the UDP port: blocked for the client
