@@ -127,6 +127,17 @@ Status rerate_storage(store::Database& db, SysTime now) {
     }
     if (!s) return s;
   }
+  // A lower free allowance makes system disks bill that were inside the old one (they have
+  // no open meter, so the loop above did not see them): they bill from now.
+  auto prices = market::load_prices(db);
+  if (!prices) return fail(prices.error());
+  auto newly = db.all("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
+                      "i.system_disk_gib > ? AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
+                      "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
+                      {prices->system_disk_free_gib});
+  if (!newly) return fail(newly.error());
+  for (const auto& r : *newly)
+    if (auto s = follow_system_disk(db, r.text(0), r.text(1), r.int64(2), now); !s) return s;
   return ok();
 }
 

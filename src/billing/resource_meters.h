@@ -38,7 +38,8 @@ std::int64_t gib_rounded_up(std::int64_t bytes);
 Result<int> reconcile_meters(store::Database& db, SysTime now);
 
 // After a storage price change (PUT /admin/prices): every open storage meter accrues at the
-// new price from `now` (what accrued before is kept at the old one). Compute meters keep the
+// new price from `now` (what accrued before is kept at the old one), and a system disk that a
+// lower free allowance puts beyond it starts billing from `now`. Compute meters keep the
 // price of their run.
 Status rerate_storage(store::Database& db, SysTime now);
 
