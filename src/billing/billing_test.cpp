@@ -1,9 +1,6 @@
-// Billing's arithmetic and invariants, hermetic: meters, settlement, the ledger chain, and a
-// property test over random sequences of runs, stops, storage, credits, settlements, price
-// changes and crashes (a transaction that dies half-way), checking after every step that
-// each account's entries sum to its balance, no entry changed, and charges equal the meters.
+// Billing's arithmetic and invariants, hermetic: meters, settlement, the ledger chain, arrears,
+// alerts and statements. The property test over random sequences is billing_property_test.cpp.
 #include <filesystem>
-#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -296,112 +293,6 @@ TEST_F(BillingTest, TimeZonesFindLocalDaysAndCalendarMonths) {
   auto jan31 = tz->start_of({2027, 1, 31}) + hours(10);
   EXPECT_EQ(format_rfc3339(tz->add_months(jan31, 1)), "2027-02-28T15:00:00Z");
   EXPECT_FALSE(TimeZone::load("Nowhere/Land"));
-}
-
-// The property test: random sequences over several users; after every step each ledger sums
-// to its balance, no entry already written changed, and each meter's charged total is
-// floor(accrued ÷ divisor) once settled.
-TEST_F(BillingTest, SLOW_PropertyLedgerSumsMatchBalancesAndChargesMatchMetersOverRandomSequences) {
-  constexpr int kSequences = 10000;
-  std::mt19937_64 rng(20261202);
-  std::vector<std::string> users;
-  for (int i = 0; i < 4; ++i) users.push_back(user("user" + std::to_string(i), 50000));
-  std::map<std::string, std::int64_t> price_of;  // instance → price at its run's start
-  std::map<std::string, bool> running;
-  std::map<std::string, std::string> owner_of;
-  std::map<std::string, Entry> seen;  // every entry ever read, by id: must never change
-  std::int64_t price = 198;
-  SysTime now = t0_;
-  int crashes = 0;
-  for (int step = 0; step < kSequences; ++step) {
-    const int op = static_cast<int>(rng() % 8);
-    const std::string& u = users[rng() % users.size()];
-    const std::string inst = "i-" + std::to_string(rng() % 12);
-    if (!owner_of.count(inst)) owner_of[inst] = u;
-    const std::string& owner = owner_of[inst];
-    now += milliseconds(static_cast<std::int64_t>(rng() % 4'000'000));  // up to ~67 minutes
-    Status s = ok();
-    switch (op) {
-      case 0:  // start a run at today's price
-        if (!running[inst]) {
-          s = write([&](store::Database& db) { return open_run(db, inst, owner, rng() % 5 == 0, price, now); });
-          if (s) running[inst] = true, price_of[inst] = price;
-        }
-        break;
-      case 1:  // stop it
-        if (running[inst]) {
-          s = write([&](store::Database& db) { return close_run(db, inst, now, now); });
-          if (s) running[inst] = false;
-        }
-        break;
-      case 2:  // a credit
-        s = write([&](store::Database& db) {
-          return Status(post_entry(db, account_id_for_user(u), NewEntry{EntryKind::credit, static_cast<std::int64_t>(rng() % 5000) + 1, u, {}, {}, 0, ""}, now)
-                            .map([](auto&&) {}));
-        });
-        break;
-      case 3:  // the hourly settlement
-        s = write([&](store::Database& db) { return Status(settle_open_meters(db, now).map([](auto&&) {})); });
-        break;
-      case 4:  // a price change: applies from the next start
-        price = 100 + static_cast<std::int64_t>(rng() % 400);
-        break;
-      case 5:  // a data disk appears, grows or goes
-        s = write([&](store::Database& db) {
-          const auto gib = rng() % 3 == 0 ? std::optional<std::int64_t>{} : std::optional<std::int64_t>(rng() % 500 + 1);
-          return follow_data_disk(db, "d-" + inst, owner, gib, now);
-        });
-        break;
-      case 6: {  // a crash half-way through a settlement: everything of it rolls back
-        auto before = account(u).balance;
-        auto crashed = write([&](store::Database& db) -> Status {
-          if (auto r = settle_open_meters(db, now); !r) return fail(r.error());
-          return fail(ErrorCode::internal, "killed");
-        });
-        EXPECT_FALSE(crashed);
-        EXPECT_EQ(account(u).balance, before);
-        ++crashes;
-        break;
-      }
-      default:  // a charge per account kind that posts nothing when nothing is due
-        s = write([&](store::Database& db) {
-          return Status(settle_open_meters(db, now, account_id_for_user(u)).map([](auto&&) {}));
-        });
-    }
-    ASSERT_TRUE(s) << "step " << step << ": " << s.error().detail;
-    if (step % 1000 == 0 || step == kSequences - 1) {
-      for (const auto& who : users) {
-        expect_ledger_consistent(who);
-        for (const auto& e : all_entries(account_id_for_user(who))) {
-          auto [it, fresh] = seen.emplace(e.id, e);
-          if (!fresh) {
-            EXPECT_EQ(it->second.amount, e.amount);
-            EXPECT_EQ(it->second.balance_after, e.balance_after);
-            EXPECT_EQ(it->second.time, e.time);
-          }
-        }
-      }
-    }
-  }
-  // Close everything and settle: every meter charged exactly floor(accrued ÷ divisor).
-  for (auto& [inst, on] : running)
-    if (on) {
-      ASSERT_TRUE(write([&](store::Database& db) { return close_run(db, inst, now, now); }));
-    }
-  ASSERT_TRUE(write([&](store::Database& db) { return Status(settle_open_meters(db, now + hours(1)).map([](auto&&) {})); }));
-  auto meters = write([&](store::Database& db) -> Result<std::vector<store::Row>> {
-    return db.all("SELECT accrued, divisor, charged, open_since FROM meters", {});
-  });
-  ASSERT_TRUE(meters);
-  std::int64_t charged_total = 0;
-  for (const auto& m : *meters) {
-    if (!m.is_null(3)) continue;  // an open storage meter is settled up to the last pass only
-    EXPECT_EQ(m.int64(2), m.int64(0) / m.int64(1));
-    charged_total += m.int64(2);
-  }
-  EXPECT_GT(charged_total, 0);
-  EXPECT_GT(crashes, 100);
-  for (const auto& who : users) expect_ledger_consistent(who);
 }
 
 }  // namespace
