@@ -198,6 +198,20 @@ Status follow_storage(store::Database& db, const std::string& user_id, const std
 }
 
 Status settle_meter(store::Database& db, const Meter& m, SysTime t) {
+  // Charged past what accrued: a run closed at an exit the daemon saw after a settlement had
+  // already charged beyond it. The difference goes back as a refund on the same resource
+  // (negative quantity: the seconds or GiB-seconds returned), so charged = floor(accrued ÷ unit).
+  if (const std::int64_t owed = accrued_at(m, t) / m.divisor; owed < m.charged) {
+    const std::int64_t quantity = quantity_at(m, t) - m.settled_quantity;
+    Settlement back;
+    back.entry = NewEntry{EntryKind::refund, m.charged - owed, m.user_id, m.resource, std::string(to_string(m.kind)),
+                          quantity, std::string(to_string(m.kind)) + " charged past its end: " + describe(m, -quantity) +
+                                        " returned"};
+    back.charged = owed;
+    back.settled_quantity = quantity_at(m, t);
+    if (auto posted = post_entry(db, m.account_id, back.entry, t); !posted) return fail(posted.error());
+    return write_settled(db, m, back, t);
+  }
   auto s = settlement_of(m, t);
   if (!s) return ok();
   if (auto posted = post_entry(db, m.account_id, s->entry, t); !posted) return fail(posted.error());

@@ -42,7 +42,8 @@ Result<json::array> usage(store::Database& db, const std::string& account_id, Sy
   // (day, resource, kind) → (quantity, amount); day is "" when grouped by resource.
   std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::int64_t, std::int64_t>> groups;
   for (const auto& e : *entries) {
-    if (e.kind != EntryKind::charge || !e.resource) continue;
+    // A refund on a resource (charged past a run's end) nets against its charges.
+    if ((e.kind != EntryKind::charge && e.kind != EntryKind::refund) || !e.resource) continue;
     auto& g = groups[{by_day ? day_text(tz.local_date(e.time)) : std::string(), *e.resource, e.resource_kind.value_or("")}];
     g.first += e.quantity;
     g.second += -e.amount;
