@@ -19,7 +19,10 @@ HostRegistry::HostRegistry(asio::any_io_executor loop, const config::Config& con
     : loop_(loop), config_(config), store_(store), clock_(clock), agent_(std::move(agent)), unreachable_after_(unreachable_after),
       check_every_(check_every), check_timer_(loop) {}
 
-HostRegistry::~HostRegistry() { check_timer_.cancel(); }
+HostRegistry::~HostRegistry() {
+  *alive_ = false;
+  check_timer_.cancel();
+}
 
 asio::awaitable<Status> HostRegistry::start() {
   agent_->on_heartbeat([this](agent::Heartbeat beat) { on_heartbeat(std::move(beat)); });
@@ -128,13 +131,21 @@ void HostRegistry::schedule_check() {
 }
 
 asio::awaitable<void> HostRegistry::check_liveness() {
+  // What changed is decided before the first await: the registry may be destroyed while a
+  // write is in flight, so nothing of it (its maps, their nodes) is touched after one unless
+  // `live` says it still exists.
+  const std::shared_ptr<bool> live = alive_;
   auto now = std::chrono::steady_clock::now();
-  for (auto& [name, seen] : last_heartbeat_) {
-    bool alive = now - seen < unreachable_after_;
+  std::vector<std::pair<std::string, bool>> changed;
+  for (const auto& [name, seen] : last_heartbeat_) {
+    const bool alive = now - seen < unreachable_after_;
     if (alive == reachable_[name]) continue;
     reachable_[name] = alive;
+    changed.emplace_back(name, alive);
+  }
+  for (const auto& [name, alive] : changed) {
     // `name = name`: clang 14 cannot capture a structured binding by name (C++20 allows it).
-    auto update = [name = name, alive, now = clock_.now()](store::Database& db) -> Status {
+    auto update = [name = name, alive = alive, now = clock_.now()](store::Database& db) -> Status {
       if (auto s = market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
           !s)
         return s;
@@ -145,7 +156,9 @@ asio::awaitable<void> HostRegistry::check_liveness() {
                             "host " + name + (alive ? " answers again" : " stopped answering: its heartbeats ceased"),
                             boost::json::object{{"name", name}, {"state", state}});
     };
-    if (auto s = co_await store_.write(std::move(update)); !s) spdlog::warn("host {}: {}", name, s.error().detail);
+    const auto written = co_await store_.write(std::move(update));
+    if (!*live) co_return;
+    if (!written) spdlog::warn("host {}: {}", name, written.error().detail);
     spdlog::info(R"({{"event":"host_{}","host":"{}"}})", alive ? "ready" : "unreachable", name);
   }
   schedule_check();

@@ -50,6 +50,8 @@ class HostRegistry {
   using ReportedGpus = std::map<std::string, std::vector<agent::GpuInfo>>;
   std::shared_ptr<ReportedGpus> reported_gpus_ = std::make_shared<ReportedGpus>();
   boost::asio::steady_timer check_timer_;
+  // False once destroyed: a liveness check resuming after a store write looks here first.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace gpucloud::server
