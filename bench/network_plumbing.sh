@@ -4,9 +4,9 @@
 #
 # Usage: bench/network_plumbing.sh [N]        (N timed runs per variant, default 20; root)
 #
-# Five variants, each one container from create to SSH-ready, at most one container alive at a
-# time, the order rotated every run (run i starts with variant i mod 5), after one untimed
-# warm-up run of each:
+# Six variants, each one container from create to SSH-ready, at most one instance container
+# alive at a time, the order rotated every run (run i starts with variant i mod 6), after one
+# untimed warm-up run of each:
 #   bare    Docker's default bridge. The body is bench/instance_latency.py's bare one (same
 #           init, 1 CPU, 1 GiB, the same read-only mounts, Init=true): the floor of issue 8.
 #   udn     a user-defined bridge with enable_icc=false and a fixed IP, plus the driver's
@@ -22,8 +22,18 @@
 #   late    batch plumbing, but the wait sits inside a copy of the init right before it execs
 #           sshd (generated from scripts/instance-init/gpucloud-init.sh), so the init's own
 #           setup overlaps the plumbing.
+#   joined  a pre-started "network holder" (Kubernetes pause-container style): before each run,
+#           UNTIMED, a holder container is created and started on udn's network (same fixed
+#           IP, ICC off): same image, Cmd sleep infinity, Init, 16 MiB, 0.1 CPU, CapDrop ALL,
+#           and the instance's Hostname (Docker refuses Hostname with container: network mode;
+#           the joined container gets the holder's). The run waits until it is running and its
+#           netns has a default route. The timed part is udn's body (same init, mounts,
+#           CapDrop, sysctl) with NetworkMode "container:HOLDER_ID" and without Hostname or
+#           NetworkingConfig, so Docker does no network setup on the critical path. The holder
+#           is removed after the run, with the instance. Separately (N=10) the script times a
+#           pool refill: holder create+start until running with its network up.
 # Times, all from just before the create call:
-#   running  bare/udn: POST create, POST start and GET json in one curl (keep-alive, --next),
+#   running  bare/udn/joined: POST create, POST start and GET json in one curl (keep-alive, --next),
 #            then GET json every 20 ms until State.Running (instance_latency.py's definition).
 #            ip/batch/late: the same one curl (its inspect gives State.Pid), then the plumbing;
 #            "running" = plumbing done (an agent would report running only then).
@@ -40,10 +50,14 @@
 # 1.1.1.1:80, skipped when the host cannot reach it) first WITHOUT, then WITH DOCKER-USER
 # accept rules (Docker's FORWARD policy is DROP and an accept in another nftables table cannot
 # override it), isolation of two containers on the bridge by an nftables bridge-family drop
-# rule (and, for information, what happens without it), DNS with explicit Dns, MTU.
+# rule (and, for information, what happens without it), DNS with explicit Dns, MTU. Then the
+# joined network (one holder + one instance): the instance has the holder's IP and reaches the
+# host listener; after `docker restart` of the instance (holder untouched) it still does; after
+# `docker restart` of the holder, what the instance is left with (info, no verdict), and whether
+# restarting the instance then rejoins the holder's new netns.
 #
 # Everything it makes is named after its PID and removed on exit, even on failure or Ctrl-C:
-# containers (label gpucloud-bench.network-plumbing=TAG), veths, the Docker network, the Linux
+# containers and network holders (label gpucloud-bench.network-plumbing=TAG), veths, the Docker network, the Linux
 # bridge, its nftables tables, its DOCKER-USER rules (comment TAG), the host listener, the
 # temporary dir. Env: IMAGE (gpucloud/base:bookworm-1), DOCKER_SOCK, OUTSIDE, RAW (a path to
 # keep the raw TSV).
@@ -206,11 +220,15 @@ MOUNTS="{\"Type\":\"bind\",\"Source\":\"$INIT\",\"Target\":\"/.gpucloud/init\",\
         {\"Type\":\"bind\",\"Source\":\"$TMP/config\",\"Target\":\"/.gpucloud/config\",\"ReadOnly\":true}"
 body() {  # variant name -> JSON body
   local v=$1 name=$2 net cmd='["/bin/sh","/.gpucloud/init"]' mounts=$MOUNTS extra= netcfg=
+  local host="\"Hostname\":\"$name\","
   case $v in
     bare) net=default ;;
     udn) net=$DNET
          extra=',"CapDrop":["NET_RAW","MKNOD","SETPCAP"],"Sysctls":{"net.ipv4.ping_group_range":"0 2147483647"}'
          netcfg=",\"NetworkingConfig\":{\"EndpointsConfig\":{\"$DNET\":{\"IPAMConfig\":{\"IPv4Address\":\"$IP2\"}}}}" ;;
+    joined) net=container:$HOLDER_ID   # Hostname (and Dns, ExtraHosts, ports, MAC) refused here
+         host=
+         extra=',"CapDrop":["NET_RAW","MKNOD","SETPCAP"],"Sysctls":{"net.ipv4.ping_group_range":"0 2147483647"}' ;;
     ip|batch|late) net=none
          extra=",\"Dns\":[$DNS_JSON],\"CapDrop\":[\"NET_RAW\",\"MKNOD\",\"SETPCAP\"],\"Sysctls\":{\"net.ipv4.ping_group_range\":\"0 2147483647\"}"
          cmd='["/bin/sh","/.gpucloud/netwait"]'
@@ -220,7 +238,7 @@ body() {  # variant name -> JSON body
            mounts="$mounts,{\"Type\":\"bind\",\"Source\":\"$TMP/init-late\",\"Target\":\"/.gpucloud/init-late\",\"ReadOnly\":true}"
          fi ;;
   esac
-  printf '%s' "{\"Image\":\"$IMAGE\",\"Hostname\":\"$name\",\"Labels\":{\"$LABEL_KEY\":\"$TAG\"},
+  printf '%s' "{\"Image\":\"$IMAGE\",$host\"Labels\":{\"$LABEL_KEY\":\"$TAG\"},
     \"Env\":[\"NVIDIA_VISIBLE_DEVICES=void\"],\"Entrypoint\":[],\"Cmd\":$cmd,\"Tty\":false,\"OpenStdin\":false,
     \"HostConfig\":{\"NanoCpus\":1000000000,\"Memory\":1073741824,\"MemorySwap\":1073741824,\"PidsLimit\":4096,
       \"ShmSize\":536870912,\"Init\":true,\"RestartPolicy\":{\"Name\":\"no\"},\"Privileged\":false,
@@ -242,6 +260,44 @@ json_field() {  # crude: first "key":value in $1
 }
 remove_container() {
   engine -X DELETE "$API/containers/$1?force=1&v=1" -o /dev/null
+}
+
+# The joined variant's network holder: on udn's network with a fixed IP, sleeping.
+holder_body() {  # name ip -> JSON
+  printf '%s' "{\"Image\":\"$IMAGE\",\"Hostname\":\"$1\",\"Labels\":{\"$LABEL_KEY\":\"$TAG\",\"$LABEL_KEY.role\":\"holder\"},
+    \"Entrypoint\":[],\"Cmd\":[\"sleep\",\"infinity\"],\"Tty\":false,\"OpenStdin\":false,
+    \"HostConfig\":{\"NanoCpus\":100000000,\"Memory\":16777216,\"MemorySwap\":16777216,\"PidsLimit\":16,
+      \"Init\":true,\"RestartPolicy\":{\"Name\":\"no\"},\"Privileged\":false,\"CapDrop\":[\"ALL\"],
+      \"IpcMode\":\"private\",\"NetworkMode\":\"$DNET\",
+      \"LogConfig\":{\"Type\":\"json-file\",\"Config\":{\"max-size\":\"1m\",\"max-file\":\"1\"}}},
+    \"NetworkingConfig\":{\"EndpointsConfig\":{\"$DNET\":{\"IPAMConfig\":{\"IPv4Address\":\"$2\"}}}}}"
+}
+has_default_route() {  # pid: its netns has a default route (read via /proc, no fork)
+  local ifc dst rest
+  while read -r ifc dst rest; do [[ $dst == 00000000 ]] && return 0; done <"/proc/$1/net/route"
+  return 1
+}
+HOLDER_ID= HOLDER_PID=
+holder_up() {  # name ip: create + start + inspect (one curl), then every 5 ms until running,
+               # with the IP in inspect and a default route in its netns. Sets HOLDER_ID/PID.
+  local name=$1 hip=$2 inspect deadline=$(( $(now) + 30000000 ))
+  HOLDER_ID= HOLDER_PID=
+  inspect=$(engine -X POST -H 'Content-Type: application/json' -d "$(holder_body "$name" "$hip")" \
+    "$API/containers/create?name=$name" -o "$TMP/hcreate.json" \
+    --next --unix-socket "$SOCK" -sS -X POST "$API/containers/$name/start" -o "$TMP/hstart.out" \
+    --next --unix-socket "$SOCK" -sS "$API/containers/$name/json") || { log "holder $name: engine call failed"; return 1; }
+  until [[ $inspect == *'"Running":true'* && $inspect == *"\"IPAddress\":\"$hip\""* ]] &&
+        HOLDER_PID=$(json_field "$inspect" Pid) && has_default_route "$HOLDER_PID" 2>/dev/null; do
+    if [[ $inspect == *'"Status":"exited"'* || $inspect == *'"Status":"dead"'* ||
+          $inspect == *'"message":'* || $(now) -gt $deadline ]]; then
+      log "holder $name not up: ${inspect:0:300} $(cat "$TMP/hcreate.json" "$TMP/hstart.out" 2>/dev/null)"
+      return 1
+    fi
+    nap 0.005
+    inspect=$(engine "$API/containers/$name/json")
+  done
+  HOLDER_ID=$(json_field "$inspect" Id)
+  [[ -n $HOLDER_ID ]]
 }
 
 # TCP connect, then the SSH banner; sets TCP_US / SSH_US (from T0), empty until done.
@@ -324,13 +380,16 @@ run_one() {
   name=$TAG-$v-$SEQ
   hv=$VPFX$SEQ
   STEPS=
+  if [[ $v == joined ]]; then   # untimed: what the warm pool would hold ready
+    holder_up "$name-holder" "$IP2" || return 1
+  fi
   stamp; T0=$NOW
   inspect=$(create_start "$v" "$name") || { log "$v: engine call failed"; return 1; }
   case $v in
-    bare|udn)
+    bare|udn|joined)
       wait_running || return 1
       stamp; running_us=$((NOW - T0))
-      if [[ $v == udn ]]; then ip=$IP2; else
+      if [[ $v == udn || $v == joined ]]; then ip=$IP2; else
         ip=$(grep -o '"IPAddress":"[0-9.]*"' <<<"$inspect" | grep -v '""' | head -1 | cut -d'"' -f4)
       fi
       ;;
@@ -352,11 +411,12 @@ run_one() {
     [[ -n $STEPS ]] && printf '%s' "$STEPS" | sed "s/^/$v\t/" >>"$STEPSFILE"
   fi
   remove_container "$name"
+  [[ $v == joined ]] && remove_container "$HOLDER_ID"
   ip link del "$hv" 2>/dev/null   # normally gone with the container's netns
   return 0
 }
 
-VARIANTS=(bare udn ip batch late)
+VARIANTS=(bare udn ip batch late joined)
 log "docker $(engine "$API/version" | grep -o '"Version":"[^"]*"' | head -1 | cut -d'"' -f4), image $IMAGE, $N runs, bridge $BR $SUB3, network $DNET $SUB2, uplink ${UPLINK:-none} mtu $MTU"
 log "warm-up"
 for v in "${VARIANTS[@]}"; do run_one "$v" -1 || die "warm-up of $v failed"; done
@@ -368,7 +428,20 @@ for ((r = 0; r < N; r++)); do
   printf '.' >&2
 done
 echo >&2
-[[ -n ${RAW:-} ]] && { cp "$RESULTS" "$RAW"; cp "$STEPSFILE" "$RAW.steps"; }
+# A pool refill: one holder created and started until running with its network up (as in the
+# joined runs, but timed), then removed (timed too). One untimed warm-up, then 10.
+REFILL=$TMP/refill.tsv
+: >"$REFILL"
+for ((r = -1; r < 10; r++)); do
+  SEQ=$((SEQ + 1))
+  stamp; T0=$NOW
+  holder_up "$TAG-refill-$SEQ" "$IP2" || die "holder refill $r failed"
+  stamp; up_us=$((NOW - T0))
+  remove_container "$HOLDER_ID"
+  stamp
+  [[ $r -ge 0 ]] && printf '%d\t%d\n' "$up_us" "$((NOW - T0 - up_us))" >>"$REFILL"
+done
+[[ -n ${RAW:-} ]] && { cp "$RESULTS" "$RAW"; cp "$STEPSFILE" "$RAW.steps"; cp "$REFILL" "$RAW.refill"; }
 
 # ---- report --------------------------------------------------------------------------------
 pct() {  # stdin: numbers (us); args: p... -> ms with 1 decimal, linear interpolation
@@ -400,7 +473,11 @@ est=$(awk '$1=="batch"{if($2=="veth_add_master_up_netns")a=$3; else if($2=="nsen
            else if($2=="noop_ip")c=$3; else if($2=="noop_nsenter_ip"){d=$3; e=a+b-c-d; print (e<0?0:e)}}' "$STEPSFILE" | pct 50 95 | sed 's/ / \/ /')
 printf '%-6s %-26s %s\n' "" "netlink in-process est." "$est"
 echo
-for v in udn ip batch late; do
+echo "== joined: holder pool refill, ms (10 runs, p50 / p95) =="
+printf '%-36s %s\n' "holder create+start -> running, net up" "$(cut -f1 "$REFILL" | pct 50 95 | sed 's/ / \/ /')"
+printf '%-36s %s\n' "holder remove (force)" "$(cut -f2 "$REFILL" | pct 50 95 | sed 's/ / \/ /')"
+echo
+for v in udn ip batch late joined; do
   awk -v v="$v" -v a="${P50[$v.run]}" -v b="${P50[$v.ssh]}" -v c="${P50[bare.run]}" -v d="${P50[bare.ssh]}" \
     'BEGIN{printf "%-6s vs bare (p50): running %+.1f ms, ssh %.2fx (engine only; gpucloud'"'"'s own overhead comes on top)\n", v, a-c, b/d}'
 done
@@ -490,5 +567,42 @@ r = s.recv(512); assert r[:2] == b'\x42\x42'
 info "c1 getent hosts example.com (resolver may answer NXDOMAIN here)" cx "$C1" getent hosts example.com
 check "c1 eth0 MTU = uplink MTU ($MTU)" ok bash -c "[[ \$(docker exec $C1 cat /sys/class/net/eth0/mtu) == $MTU ]]"
 check "c1 has no IPv6 address on eth0 but link-local" ok bash -c "! docker exec $C1 ip -6 addr show dev eth0 scope global | grep -q inet6"
+
+echo "  -- joined: holder h1 on $DNET, instance j1 with NetworkMode container:h1 --"
+H1=$TAG-h1; J1=$TAG-j1; HIP=10.233.$S2.30
+holder_up "$H1" "$HIP" || die "cannot start the correctness holder"
+v=joined name=$J1
+inspect=$(create_start joined "$J1") && wait_running || die "cannot start the joined correctness container"
+T0=$(now); tcp_wait "$HIP" || die "joined correctness container not SSH-ready at $HIP"
+netns_of() { readlink "/proc/$(docker inspect -f '{{.State.Pid}}' "$1")/ns/net"; }
+has_ip() { docker exec "$1" ip -4 -o addr show dev eth0 | grep -q " $2/"; }
+same_netns() { local a b; a=$(netns_of "$1") && b=$(netns_of "$2") && [[ -n $a && $a == "$b" ]]; }
+ssh_banner() {  # ip: an SSH banner within 3 s
+  timeout 3 bash -c "exec 3<>/dev/tcp/$1/22; read -r -t 2 l <&3; [[ \$l == SSH-* ]]"
+}
+check "j1 eth0 has the holder's IP $HIP" ok has_ip "$J1" "$HIP"
+check "j1 and h1 share one netns" ok same_netns "$J1" "$H1"
+check "j1 -> gateway $GW2:$LPORT (host listener)" ok tcp_from "$J1" "$GW2" "$LPORT"
+[[ -n $HOST_IP ]] && check "j1 -> host primary IP $HOST_IP:$LPORT" ok tcp_from "$J1" "$HOST_IP" "$LPORT"
+echo "  j1 hostname: $(docker exec "$J1" hostname) (h1's Hostname: $H1); j1 /etc/hosts last line: $(docker exec "$J1" tail -1 /etc/hosts)"
+docker restart -t 2 "$J1" >/dev/null || die "docker restart of j1 failed"
+T0=$(now)
+check "after docker restart j1 (h1 untouched): SSH banner at $HIP" ok tcp_wait "$HIP"
+check "after docker restart j1: eth0 has $HIP" ok has_ip "$J1" "$HIP"
+check "after docker restart j1: j1 -> gateway $GW2:$LPORT" ok tcp_from "$J1" "$GW2" "$LPORT"
+OLDNS=$(netns_of "$J1")
+docker restart -t 2 "$H1" >/dev/null || die "docker restart of h1 failed"
+nap 0.5
+info "after docker restart h1: j1 still running" bash -c "[[ \$(docker inspect -f '{{.State.Running}}' $J1) == true ]]"
+echo "  after docker restart h1: j1's links: $(docker exec "$J1" ip -o link show | awk -F': ' '{printf "%s ", $2}')"
+info "after docker restart h1: j1 eth0 has $HIP" has_ip "$J1" "$HIP"
+info "after docker restart h1: j1 still in its old netns (not h1's new one)" bash -c "[[ '$(netns_of "$J1")' == '$OLDNS' && '$(netns_of "$H1")' != '$OLDNS' ]]"
+info "after docker restart h1: host -> $HIP:22 gives j1's SSH banner" ssh_banner "$HIP"
+info "after docker restart h1: j1 -> gateway $GW2:$LPORT" tcp_from "$J1" "$GW2" "$LPORT" 2
+docker restart -t 2 "$J1" >/dev/null 2>&1 || echo "  docker restart j1 after h1's restart failed"
+T0=$(now)
+info "then docker restart j1: SSH banner at $HIP again (rejoined h1's new netns)" tcp_wait "$HIP"
+info "then docker restart j1: shares h1's new netns" same_netns "$J1" "$H1"
+remove_container "$J1"; remove_container "$H1"
 echo "  correctness failures: $FAILS"
 exit 0
