@@ -101,7 +101,7 @@ class Parser {
     check_keys(root, "",
                {"listen", "data_dir", "currency", "registration", "public_host", "session_ttl",
                 "billing_timezone", "store", "zones", "hosts", "images", "offers",
-                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring"});
+                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring", "agent"});
     get_string(root, "", "listen", c.listen);
     get_string(root, "", "data_dir", c.data_dir);
     get_string(root, "", "currency", c.currency);
@@ -159,6 +159,11 @@ class Parser {
       get_duration(*t, "monitoring", "sample_interval", c.monitoring.sample_interval);
       get_duration(*t, "monitoring", "raw_retention", c.monitoring.raw_retention);
       get_duration(*t, "monitoring", "downsampled_retention", c.monitoring.downsampled_retention);
+    }
+    if (const toml::table* t = get_table(root, "", "agent")) {
+      check_keys(*t, "agent", {"network_holders", "network_pool_size"});
+      get_bool(*t, "agent", "network_holders", c.agent.network_holders);
+      get_int(*t, "agent", "network_pool_size", c.agent.network_pool_size);
     }
     if (const toml::table* t = get_table(root, "", "alerts")) {
       check_keys(*t, "alerts", {"allow_private_webhook_targets"});

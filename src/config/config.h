@@ -94,6 +94,14 @@ struct Alerts {
   bool allow_private_webhook_targets = false;
 };
 
+struct AgentSettings {  // added section [agent]
+  // Instances join a pre-started "network holder" container's network namespace
+  // (NetworkMode container:HOLDER) instead of being attached to the bridge themselves: the
+  // engine skips its network setup on the create's path. false: today's path, unchanged.
+  bool network_holders = true;
+  int network_pool_size = 2;  // holders kept started and unassigned, ready for creates (0-64)
+};
+
 struct Policy {
   int recycle_days = 7;  // deleted disks, snapshots, images stay restorable this long (0: final)
   int release_stopped_after_days = 15, arrears_release_instances_after_days = 15,
@@ -131,6 +139,7 @@ struct Config {
   Billing billing;
   Monitoring monitoring;
   Alerts alerts;
+  AgentSettings agent;
   Policy policy;
   Server server;
 

@@ -243,6 +243,28 @@ TEST(Config, ExampleFileLoads) {
   EXPECT_EQ(c.billing.settle_interval, 1h);
 }
 
+TEST(Config, AgentSectionDefaultsAndRefusals) {
+  auto d = parse_config("");
+  ASSERT_TRUE(d) << d.error().detail;
+  EXPECT_TRUE(d->agent.network_holders) << "instances join pre-started network holders unless turned off";
+  EXPECT_EQ(d->agent.network_pool_size, 2);
+  auto c = parse_config("[agent]\nnetwork_holders = false\nnetwork_pool_size = 5\n");
+  ASSERT_TRUE(c) << c.error().detail;
+  EXPECT_FALSE(c->agent.network_holders);
+  EXPECT_EQ(c->agent.network_pool_size, 5);
+  auto unknown = parse_config("[agent]\nnetwork_holder = true\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().detail.find("agent.network_holder"), std::string::npos) << unknown.error().detail;
+  auto wrong_type = parse_config("[agent]\nnetwork_holders = \"yes\"\n");
+  ASSERT_FALSE(wrong_type);
+  EXPECT_NE(wrong_type.error().detail.find("agent.network_holders"), std::string::npos) << wrong_type.error().detail;
+  for (const char* bad : {"-1", "65"}) {
+    auto r = parse_config(std::string("[agent]\nnetwork_pool_size = ") + bad + "\n");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().detail.find("agent.network_pool_size"), std::string::npos) << r.error().detail;
+  }
+}
+
 TEST(Config, BillingSectionDefaultsAndRefusals) {
   auto d = parse_config("");
   ASSERT_TRUE(d) << d.error().detail;

@@ -144,6 +144,8 @@ void check_top_level(const Config& c, Checker& k) {
   }
   k.positive("session_ttl", c.session_ttl);
   k.positive("billing.settle_interval", c.billing.settle_interval);
+  if (c.agent.network_pool_size < 0 || c.agent.network_pool_size > 64)
+    k.error("agent.network_pool_size", "must be from 0 to 64");
   if (c.monitoring.sample_interval < std::chrono::seconds(1) || c.monitoring.sample_interval > std::chrono::seconds(300))
     k.error("monitoring.sample_interval", "must be from 1s to 300s");
   if (c.monitoring.raw_retention < std::chrono::hours(1))
