@@ -111,6 +111,7 @@ ContainerStatus parse_container(const json::value& v) {
   const auto* host = object_at(root, "HostConfig");
   s.nano_cpus = int_at(host, "NanoCpus");
   s.memory_bytes = int_at(host, "Memory");
+  s.network_mode = string_at(host, "NetworkMode");
   // A stopped container has no IPAddress; its fixed address is still in IPAMConfig.
   if (const auto* networks = object_at(object_at(root, "NetworkSettings"), "Networks")) {
     for (const auto& [name, net] : *networks) {
@@ -274,6 +275,14 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
     return invalid("limits cannot be negative");
   }
   if (!spec.ipv4.empty() && spec.network.empty()) return invalid("a fixed address needs a network");
+  if (!spec.join_network_of.empty()) {
+    if (!spec.network.empty() || !spec.ipv4.empty()) {
+      return invalid("a container joining another's network has no network or address of its own");
+    }
+    if (!valid_container_name(spec.join_network_of)) {
+      return invalid("container to join '" + spec.join_network_of + "' is not valid");
+    }
+  }
   if (spec.command.empty() && options_.init_path.empty()) {
     return invalid("no command and no init configured");
   }
@@ -322,7 +331,7 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   env.emplace_back(std::string(kNvidiaVisible) + "=" + (visible.empty() ? "void" : visible));
 
   json::array mounts;
-  if (!options_.init_path.empty()) {
+  if (!options_.init_path.empty() && !spec.network_holder) {
     mounts.emplace_back(bind_mount(options_.init_path, kInitPathInContainer, true));
   }
   if (!spec.init_config_dir.empty()) {
@@ -353,7 +362,9 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   host["Privileged"] = false;
   host["ReadonlyRootfs"] = false;
   host["IpcMode"] = "private";
-  host["NetworkMode"] = spec.network.empty() ? std::string("default") : spec.network;
+  host["NetworkMode"] = !spec.join_network_of.empty() ? "container:" + spec.join_network_of
+                        : spec.network.empty()          ? std::string("default")
+                                                        : spec.network;
   if (spec.system_disk_gib > 0) host["StorageOpt"] = json::object{{"size", storage_size_opt(spec.system_disk_gib)}};
   host["Mounts"] = std::move(mounts);
   host["LogConfig"] = json::object{
@@ -376,14 +387,17 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   // sockets: ARP spoofing of its neighbours on the shared bridge), MKNOD (device nodes) and
   // SETPCAP. ping keeps working through ICMP datagram sockets, which ping_group_range opens
   // to every group (Docker 20.10 sets it too; other engines may not).
-  host["CapDrop"] = json::array(kDroppedCapabilities.begin(), kDroppedCapabilities.end());
+  host["CapDrop"] = spec.network_holder ? json::array{"ALL"}
+                                        : json::array(kDroppedCapabilities.begin(), kDroppedCapabilities.end());
+  // A joined container's sysctl is written into the joined namespace (the holder's, which
+  // has it already).
   host["Sysctls"] = json::object{{"net.ipv4.ping_group_range", "0 2147483647"}};
   // Deliberately absent: CapAdd, Devices, SecurityOpt (the default seccomp profile stays),
   // PidMode/IpcMode/NetworkMode "host", PortBindings (gpucloud publishes with nftables).
 
   json::object body;
   body["Image"] = spec.image;
-  if (!spec.hostname.empty()) body["Hostname"] = spec.hostname;
+  if (!spec.hostname.empty() && spec.join_network_of.empty()) body["Hostname"] = spec.hostname;
   body["Labels"] = string_map(spec.labels);
   body["Env"] = std::move(env);
   body["Entrypoint"] = json::array{};  // empty, not absent: the image's ENTRYPOINT is not used
@@ -393,7 +407,7 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   body["Tty"] = false;
   body["OpenStdin"] = false;
   body["HostConfig"] = std::move(host);
-  if (!spec.network.empty() && spec.network != "none") {
+  if (!spec.network.empty() && spec.network != "none" && spec.join_network_of.empty()) {
     json::object endpoint;
     if (!spec.ipv4.empty()) endpoint["IPAMConfig"] = json::object{{"IPv4Address", spec.ipv4}};
     body["NetworkingConfig"] =

@@ -134,5 +134,53 @@ TEST(DockerEngineDriverPlan, DropsRawSocketsButKeepsWhatSshdAndAptNeed) {
   EXPECT_EQ(host.at("Privileged"), false);
 }
 
+TEST(DockerEngineDriverPlan, JoinedContainerSendsNothingTheEngineRefusesInContainerMode) {
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.init_path = "/opt/gpucloud/init.sh";
+  DockerEngineDriver driver(io.get_executor(), options);
+  ContainerSpec spec;
+  spec.name = "gpucloud-x-i1";
+  spec.image = "gpucloud/base:bookworm-1";
+  spec.hostname = "box";
+  spec.join_network_of = "0123456789ab";
+  auto plan = driver.plan_create(spec);
+  ASSERT_TRUE(plan) << plan.error().detail;
+  const auto& body = plan->body.as_object();
+  EXPECT_EQ(body.at("HostConfig").at("NetworkMode"), "container:0123456789ab");
+  for (const char* refused : {"Hostname", "Dns", "ExtraHosts", "ExposedPorts", "MacAddress", "NetworkingConfig"})
+    EXPECT_FALSE(body.contains(refused)) << refused;
+  EXPECT_FALSE(body.at("HostConfig").as_object().contains("PortBindings"));
+  spec.network = "gpucloud-x";
+  spec.ipv4 = "10.200.0.5";
+  EXPECT_FALSE(driver.plan_create(spec)) << "a joined container has no address of its own";
+}
+
+TEST(DockerEngineDriverPlan, NetworkHolderDropsEveryCapabilityAndMountsNothing) {
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.init_path = "/opt/gpucloud/init.sh";
+  DockerEngineDriver driver(io.get_executor(), options);
+  ContainerSpec spec;
+  spec.name = "gpucloud-x-holder-1";
+  spec.image = "gpucloud/base:bookworm-1";
+  spec.network_holder = true;
+  spec.command = {"sleep", "infinity"};
+  spec.cpus = 0.1;
+  spec.memory_bytes = 16 * 1024 * 1024;
+  spec.network = "gpucloud-x";
+  spec.ipv4 = "10.200.0.7";
+  auto plan = driver.plan_create(spec);
+  ASSERT_TRUE(plan) << plan.error().detail;
+  const auto& host = plan->body.at("HostConfig").as_object();
+  ASSERT_EQ(host.at("CapDrop").as_array().size(), 1u);
+  EXPECT_EQ(host.at("CapDrop").as_array()[0], "ALL");
+  EXPECT_TRUE(host.at("Mounts").as_array().empty());
+  EXPECT_EQ(host.at("RestartPolicy").at("Name"), "no");
+  EXPECT_EQ(host.at("NetworkMode"), "gpucloud-x");
+  EXPECT_EQ(plan->body.at("NetworkingConfig").at("EndpointsConfig").at("gpucloud-x").at("IPAMConfig").at("IPv4Address"),
+            "10.200.0.7");
+}
+
 }  // namespace
 }  // namespace gpucloud::agent

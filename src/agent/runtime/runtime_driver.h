@@ -57,6 +57,15 @@ struct ContainerSpec {
   // > 0: the system disk's size, enforced by the engine (HostConfig.StorageOpt size; it
   // counts the image's layers too). Only where the storage driver can (SystemDiskLimit).
   std::int64_t system_disk_gib = 0;
+  // Joins the network namespace of this (running) container: NetworkMode container:ID. The
+  // engine then sets up no network for it; network and ipv4 must be empty, and Hostname (and
+  // Dns, ExtraHosts, ports, MAC) are not sent, the engine refuses them in that mode: the
+  // instance gets the joined container's hostname and /etc/hostname, /etc/hosts,
+  // /etc/resolv.conf.
+  std::string join_network_of;
+  // A network holder: a container that only holds a network namespace (command "sleep
+  // infinity", all capabilities dropped, no init or config mounts, tiny limits).
+  bool network_holder = false;
 };
 
 // HostConfig.StorageOpt's "size" for a system disk of `gib` GiB ("30G": the engine reads G
@@ -89,6 +98,7 @@ struct ContainerStatus {
   std::int64_t nano_cpus = 0;
   std::int64_t memory_bytes = 0;
   int pid = 0;  // the container's init on the host while it runs (State.Pid); 0 otherwise
+  std::string network_mode;  // HostConfig.NetworkMode ("container:ID" for a joined one)
 };
 
 struct NetworkSpec {
