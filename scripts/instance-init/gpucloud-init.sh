@@ -9,6 +9,9 @@
 #   ssh_host_ed25519_key, .pub   the instance's SSH host key (optional, see below)
 #   password_hash     root's password as a crypt(3) hash, e.g. SHA-512 "$6$..." (optional;
 #                     absent = password logins are off)
+#   hostname          the instance's name (only for an instance on a network holder, whose
+#                     /etc/hostname and /etc/hosts the engine writes with the holder's name:
+#                     both are rewritten in place here; the agent sets the kernel's hostname)
 #
 # What it does, in about 10 ms:
 #   - installs the keys into /root/.ssh/authorized_keys inside a managed block (lines the user
@@ -59,6 +62,20 @@ install_keys() {
   rm -f "$tmp"
 }
 install_keys || log "could not install authorized_keys"
+
+# --- hostname files (instances on a network holder) -----------------------------------------
+# In place (the files are bind mounts of the holder's): the old name becomes the new one.
+if [ -s "$CONFIG/hostname" ]; then
+  name=$(head -n 1 "$CONFIG/hostname")
+  old=$(head -n 1 /etc/hostname 2>/dev/null)
+  if [ -n "$name" ] && [ "$name" != "$old" ]; then
+    echo "$name" >/etc/hostname 2>/dev/null || log "could not write /etc/hostname"
+    if [ -n "$old" ] && [ -w /etc/hosts ]; then
+      hosts=$(awk -v old="$old" -v new="$name" '{ for (i = 2; i <= NF; i++) if ($i == old) $i = new; print }' /etc/hosts) &&
+        printf '%s\n' "$hosts" >/etc/hosts || log "could not rewrite /etc/hosts"
+    fi
+  fi
+fi
 
 # --- password ------------------------------------------------------------------------------
 set_root_hash() {

@@ -319,6 +319,11 @@ json::object to_json(const InstanceRecord& r) {
                                     {"data_disks", data_disks_json(r.created_with.data_disks)}}},
       {"system_images", to_array(r.system_images)},
       {"generation", r.generation},
+      {"holder", r.holder.id.empty() ? json::value(nullptr)
+                                     : json::value(json::object{{"id", r.holder.id},
+                                                                {"name", r.holder.name},
+                                                                {"pid", r.holder.pid},
+                                                                {"started_at", r.holder.started_at}})},
   };
 }
 
@@ -379,6 +384,15 @@ Result<InstanceRecord> instance_record_from_json(const json::value& value) {
   auto generation = read_int(o, "generation", false, 0);  // absent in records before fencing
   if (!generation) return fail(generation.error());
   r.generation = *generation;
+  if (const auto* h = o.if_contains("holder"); h && h->is_object()) {  // absent before network holders
+    const auto& ho = h->as_object();
+    auto id = read_string(ho, "id", true);
+    if (!id) return invalid("instance record: holder: " + id.error().detail);
+    r.holder.id = *id;
+    r.holder.name = read_string(ho, "name", false).value_or("");
+    r.holder.pid = static_cast<int>(read_int(ho, "pid", false, 0).value_or(0));
+    r.holder.started_at = read_string(ho, "started_at", false).value_or("");
+  }
   return r;
 }
 

@@ -11,6 +11,7 @@
 //   STATE_DIR/instances/<instance id>/config/{authorized_keys,password_hash}   (0600; the
 //       init's read-only /.gpucloud/config inside the container)
 //   STATE_DIR/removed/<instance id>.json   {"generation": N} of a removed instance
+// (Network holders of the pool have no file: they are found again by their label.)
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -85,6 +86,20 @@ struct InstanceRecord {
   // carrying an older generation is refused (see check_generation), so a retried or
   // reordered command cannot undo a newer one.
   std::int64_t generation = 0;
+  // The network holder whose network namespace the instance's container joins
+  // (NetworkMode container:HOLDER; [agent] network_holders). Empty: the container is on the
+  // bridge itself. Recorded before the instance's container is created, so a crash between
+  // the two leaks neither the holder nor its address (ipv4 above is the holder's). The
+  // holder's pid and start time when the container last joined it: another pid means the
+  // holder restarted (or was replaced) and the container lost its network.
+  struct Holder {
+    std::string id;
+    std::string name;
+    int pid = 0;
+    std::string started_at;
+    bool operator==(const Holder&) const = default;
+  };
+  Holder holder;
 };
 
 // An instance command's "generation" (desired.generation: an integer >= 0; absent = 0, which

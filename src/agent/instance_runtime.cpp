@@ -8,7 +8,10 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <random>
 #include <utility>
 
 #include <boost/asio/co_spawn.hpp>
@@ -27,6 +30,7 @@
 #include "agent/image_saver.h"
 #include "agent/local_agent.h"
 #include "agent/log_text.h"
+#include "core/child_process.h"
 #include "core/fault_points.h"
 #include "core/offload.h"
 #include "core/units.h"
@@ -449,6 +453,11 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
   }
   // Disks of running instances stay mounted; every other mount of ours goes.
   if (disks_) co_await disks_->adopt(std::move(with_disks));
+  // Network holders: the records' stay theirs, other running ones fill the pool, the rest go.
+  if (auto s = co_await adopt_holders(); !s) {
+    spdlog::warn(R"({{"event":"network_holders_not_adopted","error":{}}})", error_text(s.error()));
+  }
+  schedule_refill();
   co_return co_await apply_firewall();
 }
 
@@ -530,6 +539,9 @@ awaitable<Result<std::string>> InstanceRuntime::allocate_ip(std::string instance
   for (const auto& ip : reserved_ips_) {
     if (auto v = parse_ipv4(ip)) recorded.insert(*v);
   }
+  for (const auto& h : pool_) {
+    if (auto v = parse_ipv4(h.ipv4)) recorded.insert(*v);
+  }
   used = recorded;
   for (const auto& c : *containers) {
     if (auto it = c.labels.find(std::string(kInstanceLabel)); it != c.labels.end() && it->second == instance_id) {
@@ -555,7 +567,299 @@ awaitable<Result<std::string>> InstanceRuntime::allocate_ip(std::string instance
   co_return text;
 }
 
+// ---- network holders -----------------------------------------------------------------------
+// A holder is a container that only holds a network namespace on the bridge with a fixed
+// address ("sleep infinity", 16 MiB, CapDrop ALL, restart policy no: the agent repairs). An
+// instance's container joins it (NetworkMode container:HOLDER), so the engine does no network
+// setup on the create's path. Pool holders are unassigned; which instance holds one is only in
+// that instance's record (saved before its container is created).
+
+namespace {
+constexpr std::int64_t kHolderMemoryBytes = 16 * 1024 * 1024;
+
+std::string holder_suffix() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::string out;
+  for (int i = 0; i < 10; ++i) out.push_back("0123456789abcdef"[rng() % 16]);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> InstanceRuntime::pooled_holders() const {
+  std::vector<std::string> out;
+  for (const auto& h : pool_) out.push_back(h.id);
+  return out;
+}
+
+awaitable<Result<InstanceRuntime::PoolHolder>> InstanceRuntime::make_holder(std::string ip, std::string image) {
+  if (auto s = co_await ensure_network(); !s) co_return fail(std::move(s.error()));
+  bool reserved_here = false;
+  if (ip.empty()) {
+    auto allocated = co_await allocate_ip("", "");
+    if (!allocated) co_return fail(std::move(allocated.error()));
+    ip = *allocated;
+    reserved_here = true;
+  }
+  auto release_ip = [&] {
+    if (reserved_here) reserved_ips_.erase(ip);
+  };
+  ContainerSpec cs;
+  cs.name = "gpucloud-" + installation_id_ + "-holder-" + holder_suffix();
+  cs.image = image;
+  cs.labels = {{std::string(kInstallationLabel), installation_id_}, {std::string(kNetworkHolderLabel), "1"}};
+  cs.command = {"sleep", "infinity"};
+  cs.network_holder = true;
+  cs.cpus = 0.1;
+  cs.memory_bytes = kHolderMemoryBytes;
+  cs.pids_limit = 16;
+  cs.network = network_name_;
+  cs.ipv4 = ip;
+  auto made = co_await driver_->create(cs);
+  if (!made) {
+    release_ip();
+    co_return fail(std::move(made.error()));
+  }
+  fault_point("agent.holder.after_create");
+  if (auto s = co_await driver_->start(made->id); !s) {
+    co_await remove_container_quietly(made->id);
+    release_ip();
+    co_return fail(std::move(s.error()));
+  }
+  auto now = co_await driver_->inspect(made->id);
+  if (!now || !now->exists || !now->running) {
+    co_await remove_container_quietly(made->id);
+    release_ip();
+    if (!now) co_return fail(std::move(now.error()));
+    co_return fail(ErrorCode::unavailable, "network holder " + cs.name + " did not stay running");
+  }
+  // The caller takes over the address (a record or the pool); until then it stays reserved.
+  PoolHolder h{made->id, cs.name, ip, now->pid, now->started_at};
+  spdlog::info(R"({{"event":"network_holder_made","holder":"{}","ipv4":"{}"}})", h.name, ip);
+  co_return h;
+}
+
+awaitable<Result<InstanceRuntime::PoolHolder>> InstanceRuntime::take_holder(std::string fallback_image) {
+  if (auto s = co_await adopt_holders(); !s) co_return fail(std::move(s.error()));
+  while (!pool_.empty()) {
+    PoolHolder h = std::move(pool_.front());
+    pool_.pop_front();
+    // It may have died or been removed since it was made: a dead one is dropped.
+    auto c = co_await driver_->inspect(h.id);
+    if (c && c->exists && c->running && c->pid == h.pid) {
+      reserved_ips_.insert(h.ipv4);  // until the instance's record holds it
+      schedule_refill();
+      co_return h;
+    }
+    spdlog::warn(R"({{"event":"network_holder_dropped","holder":"{}","why":"not running as made"}})", h.name);
+    if (c && c->exists) co_await remove_container_quietly(h.id);
+  }
+  schedule_refill();
+  // The pool is empty: one now, on the create's path.
+  std::string image = options_.holder_image;
+  auto present = co_await driver_->image_present(image);
+  if (!present || !*present) image = std::move(fallback_image);
+  spdlog::info("{}", R"({"event":"network_pool_empty","action":"holder made inline"})");
+  co_return co_await make_holder("", std::move(image));
+}
+
+void InstanceRuntime::schedule_refill() {
+  if (refilling_ || !options_.network_holders) return;
+  if (static_cast<int>(pool_.size()) >= options_.network_pool_size) return;
+  refilling_ = true;
+  net::co_spawn(strand_, refill_pool(), net::detached);
+}
+
+awaitable<void> InstanceRuntime::refill_pool() {
+  // One at a time: a refill competes with creates for the engine.
+  while (options_.network_holders && static_cast<int>(pool_.size()) < options_.network_pool_size) {
+    auto present = co_await driver_->image_present(options_.holder_image);
+    Result<PoolHolder> made = fail(ErrorCode::unavailable, "holder image " + options_.holder_image + " is not present");
+    if (present && *present) made = co_await make_holder("", options_.holder_image);
+    if (!made) {
+      if (holder_image_failed_ != made.error().detail) {
+        spdlog::warn(R"({{"event":"network_pool_refill_failed","error":{}}})", error_text(made.error()));
+        holder_image_failed_ = made.error().detail;
+      }
+      break;  // tried again at the next take or status
+    }
+    holder_image_failed_.clear();
+    reserved_ips_.erase(made->ipv4);
+    pool_.push_back(std::move(*made));
+  }
+  refilling_ = false;
+}
+
+awaitable<Status> InstanceRuntime::adopt_holders() {
+  if (holders_adopted_) co_return ok();
+  std::map<std::string, std::string> filter{{std::string(kInstallationLabel), installation_id_},
+                                            {std::string(kNetworkHolderLabel), "1"}};
+  auto listed = co_await driver_->list(std::move(filter));
+  if (!listed) co_return fail(std::move(listed.error()));
+  if (holders_adopted_) co_return ok();  // another call did it meanwhile
+  std::set<std::string> assigned, recorded_ips;
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record) continue;
+    recorded_ips.insert(slot->record->ipv4);
+    if (!slot->record->holder.id.empty()) {
+      assigned.insert(slot->record->holder.id);
+      assigned.insert(slot->record->holder.name);
+    }
+  }
+  std::set<std::string> pooled;
+  for (const auto& h : pool_) pooled.insert(h.id);
+  std::vector<std::string> orphans;
+  for (const auto& c : *listed) {
+    if (assigned.contains(c.id) || assigned.contains(c.name) || pooled.contains(c.id)) continue;
+    const bool usable = options_.network_holders && c.running && !c.ipv4.empty() && !recorded_ips.contains(c.ipv4) &&
+                        static_cast<int>(pool_.size()) < options_.network_pool_size;
+    if (usable) {
+      pool_.push_back(PoolHolder{c.id, c.name, c.ipv4, c.pid, c.started_at});
+      recorded_ips.insert(c.ipv4);
+    } else {
+      orphans.push_back(c.id);
+    }
+  }
+  holders_adopted_ = true;
+  for (const auto& id : orphans) co_await remove_container_quietly(id);
+  if (!listed->empty()) {
+    spdlog::info(R"({{"event":"network_holders_adopted","pooled":{},"removed":{}}})", pool_.size(), orphans.size());
+  }
+  co_return ok();
+}
+
+awaitable<Result<ContainerStatus>> InstanceRuntime::ensure_holder(InstanceRecord& record, std::string image) {
+  auto c = co_await driver_->inspect(record.holder.id);
+  if (!c) co_return fail(std::move(c.error()));
+  if (c->exists && !c->running) {
+    if (auto s = co_await driver_->start(c->id); !s) co_return fail(std::move(s.error()));
+    c = co_await driver_->inspect(record.holder.id);
+    if (!c) co_return fail(std::move(c.error()));
+  }
+  if (!c->exists) {
+    // Gone (removed by hand, a lost engine state): a new one at the instance's address.
+    spdlog::warn(R"({{"event":"network_holder_missing","instance":"{}","holder":"{}"}})", record.desired.instance_id,
+                 record.holder.name);
+    std::string holder_image = options_.holder_image;
+    auto present = co_await driver_->image_present(holder_image);
+    if (!present || !*present) holder_image = std::move(image);
+    auto made = co_await make_holder(record.ipv4, std::move(holder_image));
+    if (!made) co_return fail(std::move(made.error()));
+    record.holder.id = made->id;
+    record.holder.name = made->name;
+    c = co_await driver_->inspect(made->id);
+    if (!c) co_return fail(std::move(c.error()));
+  }
+  if (!c->running) co_return fail(ErrorCode::unavailable, "network holder " + record.holder.name + " is not running");
+  co_return std::move(*c);
+}
+
+awaitable<Status> InstanceRuntime::set_instance_hostname(int pid, std::string hostname) {
+  if (pid <= 0) co_return invalid("no process to set the hostname of");
+  auto job = [this, pid, hostname = std::move(hostname)]() -> Status {
+    if (options_.set_hostname) return options_.set_hostname(pid, hostname);
+    const std::vector<std::string> argv{"/usr/bin/nsenter", "--uts=/proc/" + std::to_string(pid) + "/ns/uts",
+                                        "/bin/hostname", hostname};
+    auto r = run_process(argv, "", std::chrono::milliseconds(5000));
+    if (!r) return fail(std::move(r.error()));
+    if (r->exit_code != 0) return fail(ErrorCode::unavailable, "nsenter hostname: " + r->err);
+    return ok();
+  };
+  co_return co_await offload<Status>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Status> InstanceRuntime::write_hostname_file(std::string id, std::string hostname) {
+  auto job = [dir = store_.config_dir(id), hostname = std::move(hostname)]() -> Status {
+    const std::string path = dir + "/hostname";
+    std::error_code ec;
+    if (fs::exists(path, ec)) {
+      std::ifstream in(path);
+      std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (now == hostname + "\n") return ok();
+    }
+    return write_file_atomic(path, hostname + "\n", 0644);
+  };
+  co_return co_await offload<Status>(state_thread_.get_executor(), std::move(job));
+}
+
+awaitable<Status> InstanceRuntime::repair_holder(std::string id) {
+  Instance& slot = instance_slot(id);
+  co_await slot.lock.lock();
+  Unlocker guard(slot.lock);
+  if (!slot.record || slot.record->holder.id.empty() || slot.record->desired.state != "running" ||
+      slot.record->container_id.empty())
+    co_return ok();
+  InstanceRecord record = *slot.record;
+  auto container = co_await driver_->inspect(record.container_id);
+  if (!container) co_return fail(std::move(container.error()));
+  if (!container->exists || !container->running) co_return ok();  // reported as it is; a start repairs
+  auto holder = co_await ensure_holder(record, record.desired.image);
+  if (!holder) co_return fail(std::move(holder.error()));
+  if (holder->id == record.holder.id && holder->pid == record.holder.pid && container->network_mode == "container:" + holder->id)
+    co_return ok();  // healthy after all
+  fault_point("agent.holder.repair.after_holder_start");
+  spdlog::warn(R"({{"event":"network_holder_repair","instance":"{}","holder":"{}","action":"restarting the instance"}})",
+               id, record.holder.name);
+  const bool same_holder = container->network_mode == "container:" + holder->id;
+  if (auto s = co_await driver_->stop(record.container_id, options_.stop_grace); !s) co_return s;
+  if (!same_holder) {
+    // A new holder (the old one was gone): the container names the old one by id, so it is
+    // made again from its filesystem, like a rebuild, joining the new one.
+    auto image = co_await commit_system_disk(record, false);
+    if (!image) co_return fail(std::move(image.error()));
+    record.system_images.push_back(*image);
+    if (auto s = co_await save_record(record); !s) co_return s;
+    slot.record = record;
+    std::vector<Mount> mounts;
+    if (disks_ && !record.created_with.data_disks.empty()) {
+      auto attached = co_await disks_->attach(record.desired.host, id, record.created_with.data_disks);
+      if (!attached) co_return fail(std::move(attached.error()));
+      mounts = std::move(*attached);
+    }
+    if (auto s = co_await driver_->remove(record.container_id); !s) co_return s;
+    auto made = co_await driver_->create(instance_container_spec(record, record.desired, std::move(mounts)));
+    if (!made) co_return fail(std::move(made.error()));
+    record.container_id = made->id;
+    record.driver_state = encode_driver_state(driver_state_for(record));
+    if (auto s = co_await save_record(record); !s) co_return s;
+    slot.record = record;
+  }
+  if (auto s = co_await driver_->start(record.container_id); !s) co_return s;
+  record.holder.pid = holder->pid;
+  record.holder.started_at = holder->started_at;
+  auto now = co_await driver_->inspect(record.container_id);
+  if (now && now->running) {
+    if (auto s = co_await set_instance_hostname(now->pid, record.desired.name); !s)
+      spdlog::warn(R"({{"event":"instance_hostname_not_set","instance":"{}","error":{}}})", id, error_text(s.error()));
+  }
+  if (auto s = co_await save_record(record); !s) co_return s;
+  slot.record = record;
+  co_return ok();
+}
+
 // ---- helpers -----------------------------------------------------------------------------
+
+ContainerSpec InstanceRuntime::instance_container_spec(const InstanceRecord& record, const InstanceSpec& spec,
+                                                       std::vector<Mount> mounts) const {
+  const std::string& id = spec.instance_id;
+  ContainerSpec cs;
+  cs.name = container_name(id);
+  cs.image = record.system_images.empty() ? spec.image : record.system_images.back();
+  cs.hostname = spec.name;
+  cs.labels = {{std::string(kInstallationLabel), installation_id_}, {std::string(kInstanceLabel), id}};
+  cs.cpus = spec.cpu;
+  cs.memory_bytes = spec.memory_gib * kGiB;
+  if (record.holder.id.empty()) {
+    cs.network = network_name_;
+    cs.ipv4 = record.ipv4;
+  } else {
+    cs.join_network_of = record.holder.id;  // the engine sends no Hostname in this mode
+  }
+  cs.init_config_dir = store_.config_dir(id);
+  cs.gpu_uuids = effective_gpus(spec);
+  if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
+  cs.mounts = std::move(mounts);
+  return cs;
+}
 
 std::string InstanceRuntime::container_name(const std::string& instance_id) const {
   return "gpucloud-" + installation_id_ + "-" + instance_id;
@@ -863,7 +1167,21 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
 
     // 2. The address: kept for the instance's life; a container found without a record
     //    keeps the address it has when that is free.
-    if (!had_record) {
+    //    A new instance on network holders takes one (its address is the holder's); when
+    //    none can be had it goes on the bridge itself, as without holders.
+    if (!had_record && options_.network_holders && !container.exists) {
+      auto holder = co_await take_holder(spec.image);
+      if (holder) {
+        record.ipv4 = holder->ipv4;
+        record.holder = InstanceRecord::Holder{holder->id, holder->name, 0, ""};
+        revert.add_sync([this, ip = holder->ipv4] { reserved_ips_.erase(ip); });
+        revert.add([this, hid = holder->id]() { return remove_container_quietly(hid); });
+      } else {
+        spdlog::warn(R"({{"event":"network_holder_unavailable","instance":"{}","error":{},"action":"on the bridge"}})",
+                     id, error_text(holder.error()));
+      }
+    }
+    if (!had_record && record.ipv4.empty()) {
       std::string preferred = container.exists ? container.ipv4 : std::string();
       auto ip = co_await allocate_ip(id, std::move(preferred));
       if (!ip) co_return fail(std::move(ip.error()));
@@ -900,6 +1218,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     slot.record = record;
     reserved_ips_.erase(record.ipv4);
     fault_point("agent.ensure.after_record_saved");
+    const bool on_holder = !record.holder.id.empty();
+    if (on_holder && !had_record) fault_point("agent.ensure.after_holder_recorded");
 
     // 4. The init's inputs (read at every boot; the directory must exist before the engine
     //    is asked to bind-mount it), and the SSH host key in the config directory: made
@@ -910,6 +1230,12 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     //    (only the start needs it).
     auto config_changed = co_await write_init_config(id, secrets->authorized_keys, secrets->password_hash);
     if (!config_changed) co_return fail(std::move(config_changed.error()));
+    // On a holder the engine names the instance after the holder: the init writes this name
+    // into /etc/hostname and /etc/hosts (the holder's files, which the instance shares) and
+    // the agent sets it in the instance's UTS namespace once it runs (below).
+    if (on_holder) {
+      if (auto s = co_await write_hostname_file(id, spec.name); !s) co_return fail(std::move(s.error()));
+    }
     const bool new_filesystem = !container.exists && record.system_images.empty();
     std::string config_host_key;
     auto host_key_step = [&]() -> awaitable<Status> {
@@ -933,13 +1259,41 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     //    filesystem (the system disk) becomes an image and a new container is made from it.
     bool created = false, booted = false, rebuilt = false;
     bool cpus_capped = false;
+    bool resave = false;
+    // A new name on a holder is set in the running container at once (the container is still
+    // rebuilt at its next start, as any renamed one: created_with keeps the old name).
+    const bool renamed = on_holder && !record.created_with.hostname.empty() && record.created_with.hostname != spec.name;
+    // The holder runs before its instance's container is made or started; one that died or
+    // restarted under a running container took that container's network with it (restarted
+    // below), and one made again (the old one was gone) needs the container made again.
+    std::optional<ContainerStatus> holder_now;
+    bool holder_moved = false;
+    if (on_holder && (spec.state == "running" || !container.exists)) {
+      const std::string holder_before = record.holder.id;
+      auto h = co_await ensure_holder(record, spec.image);
+      if (!h) co_return fail(std::move(h.error()));
+      holder_now = std::move(*h);
+      if (record.holder.id != holder_before) {
+        if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
+        slot.record = record;
+      }
+      holder_moved = container.exists && container.network_mode != "container:" + record.holder.id;
+      if (container.exists && container.running && (holder_moved || holder_now->pid != record.holder.pid)) {
+        spdlog::warn(R"({{"event":"network_holder_repair","instance":"{}","holder":"{}","action":"restarting the instance"}})",
+                     id, record.holder.name);
+        if (auto s = co_await driver_->stop(record.container_id, options_.stop_grace); !s) co_return fail(std::move(s.error()));
+        container.running = false;
+      }
+    }
     const auto drift_before = drift_of(record.created_with, spec);
     Rebuild rebuild = Rebuild::none;
     if (container.exists && !container.running && spec.state == "running") {
-      rebuild = rebuild_for(drift_before, 0, options_.max_system_image_layers);
+      auto drift_now = drift_before;
+      if (holder_moved) drift_now.emplace_back("gpu_uuids");  // made again, like a GPU change
+      rebuild = rebuild_for(drift_now, 0, options_.max_system_image_layers);
       if (rebuild == Rebuild::commit) {
         const int layers = co_await system_image_layers(record, spec);
-        rebuild = rebuild_for(drift_before, layers, options_.max_system_image_layers);
+        rebuild = rebuild_for(drift_now, layers, options_.max_system_image_layers);
       }
     }
     if (rebuild == Rebuild::update) {
@@ -986,21 +1340,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
       }
     }
     if (!container.exists) {
-      ContainerSpec cs;
-      cs.name = container_name(id);
-      cs.image = record.system_images.empty() ? spec.image : record.system_images.back();
-      cs.hostname = spec.name;
-      cs.labels = {{std::string(kInstallationLabel), installation_id_},
-                   {std::string(kInstanceLabel), id}};
-      cs.cpus = spec.cpu;
-      cs.memory_bytes = spec.memory_gib * kGiB;
-      cs.network = network_name_;
-      cs.ipv4 = record.ipv4;
-      cs.init_config_dir = store_.config_dir(id);
-      cs.gpu_uuids = effective_gpus(spec);
       co_await detect_system_disk_limit();
-      if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
-      cs.mounts = disk_mounts;
+      ContainerSpec cs = instance_container_spec(record, spec, disk_mounts);
       ContainerSpec retry_spec = cs;
       Result<CreatedContainer> made = fail(ErrorCode::internal, "not created");
       if (key_with_create) {
@@ -1061,6 +1402,16 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     auto now = co_await driver_->inspect(record.container_id);
     if (!now) co_return fail(std::move(now.error()));
     if (!now->exists) co_return fail(ErrorCode::conflict, "container " + record.container_id + " vanished");
+    if (on_holder && now->running && (booted || renamed)) {
+      if (auto s = co_await set_instance_hostname(now->pid, spec.name); !s)
+        spdlog::warn(R"({{"event":"instance_hostname_not_set","instance":"{}","error":{}}})", id, error_text(s.error()));
+    }
+    if (on_holder && booted && holder_now) {
+      // What the container joined: another pid later means the holder restarted under it.
+      record.holder.pid = holder_now->pid;
+      record.holder.started_at = holder_now->started_at;
+      resave = true;
+    }
     if (now->running) {
       const std::chrono::milliseconds wait = booted ? options_.host_key_wait : std::chrono::milliseconds(0);
       if (config_host_key.empty() && (booted || record.host_key.empty())) {
@@ -1079,7 +1430,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     }
 
     // Saved again only when the log gave a host key: everything else was saved above.
-    if (!slot.record || slot.record->host_key != record.host_key) {
+    if (!slot.record || slot.record->host_key != record.host_key || resave) {
       if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
       slot.record = record;
     }
@@ -1247,6 +1598,12 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
     removed.emplace_back(by_name->id);
   }
 
+  // Then its network holder (the address returns to the pool with the record).
+  if (slot.record && !slot.record->holder.id.empty()) {
+    if (auto s = co_await driver_->remove(slot.record->holder.id); !s) co_return fail(std::move(s.error()));
+    removed.emplace_back(slot.record->holder.id);
+  }
+
   // Its containers are gone: so is its hold on its data disks (they are never deleted here).
   if (disks_) co_await disks_->detach(id);
 
@@ -1330,8 +1687,36 @@ awaitable<void> InstanceRuntime::pull_one(std::string ref) {
 awaitable<Result<json::object>> InstanceRuntime::status() {
   if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
   std::map<std::string, std::string> filter{{std::string(kInstallationLabel), installation_id_}};
-  auto listed = co_await driver_->list(std::move(filter));
+  auto listed = co_await driver_->list(filter);
   if (!listed) co_return fail(std::move(listed.error()));
+  // Network holders first: a running instance whose holder is gone, stopped or restarted
+  // (another pid than it joined) has lost its network without the engine saying so. It is
+  // repaired now (holder started, the instance restarted into it) and reported after that.
+  {
+    std::map<std::string, const ContainerStatus*> by_id;
+    for (const auto& c : *listed) by_id[c.id] = &c;
+    std::vector<std::string> broken;
+    for (const auto& [id, slot] : instances_) {
+      if (!slot->record || slot->record->holder.id.empty() || slot->record->desired.state != "running") continue;
+      const auto container = by_id.find(slot->record->container_id);
+      if (container == by_id.end() || !container->second->running) continue;
+      const auto holder = by_id.find(slot->record->holder.id);
+      if (holder == by_id.end() || !holder->second->running || holder->second->pid != slot->record->holder.pid)
+        broken.push_back(id);
+    }
+    for (const auto& id : broken) {
+      if (auto s = co_await repair_holder(id); !s)
+        spdlog::warn(R"({{"event":"network_holder_repair_failed","instance":"{}","error":{}}})", id, error_text(s.error()));
+    }
+    if (!broken.empty()) {
+      listed = co_await driver_->list(filter);
+      if (!listed) co_return fail(std::move(listed.error()));
+    }
+    if (auto s = co_await adopt_holders(); !s) co_return fail(std::move(s.error()));
+    schedule_refill();
+    // Holders are no instance's container and not unknown ones either.
+    std::erase_if(*listed, [](const ContainerStatus& c) { return c.labels.contains(std::string(kNetworkHolderLabel)); });
+  }
   std::vector<bool> matched(listed->size(), false);
 
   json::array instances;

@@ -51,6 +51,7 @@
 // All coroutines run on a strand of the executor given to the constructor; nft runs on a
 // private thread (it forks and waits), and so do the state directory's writes (they fsync).
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -80,6 +81,9 @@ class DiskRuntime;
 
 inline constexpr std::string_view kInstallationLabel = "gpucloud.installation";
 inline constexpr std::string_view kInstanceLabel = "gpucloud.instance";
+// On network holders (value "1"), beside kInstallationLabel; they carry no kInstanceLabel
+// (which instance holds one is in that instance's record).
+inline constexpr std::string_view kNetworkHolderLabel = "gpucloud.network-holder";
 
 class InstanceRuntime {
  public:
@@ -101,6 +105,21 @@ class InstanceRuntime {
     // Tests: applies the table in place of nftables (called on the firewall thread with
     // every running instance's ports). Unset: NftablesFirewall::apply.
     std::function<Status(const std::vector<firewall::PublishedPort>&)> apply_ports;
+    // Network holders ([agent] network_holders): a new instance's container joins the
+    // network namespace of a pre-started holder container (NetworkMode container:HOLDER) that
+    // has the instance's fixed address on the bridge, taken from a pool of
+    // `network_pool_size` started, unassigned holders refilled in the background (an empty
+    // pool makes one inline). false: instances are on the bridge themselves, as before;
+    // instances already on holders keep theirs either way.
+    bool network_holders = false;
+    int network_pool_size = 2;
+    // The holders' image (it needs `sleep`); when the engine lacks it, an inline holder uses
+    // the instance's own image and the pool is not refilled.
+    std::string holder_image = "gpucloud/base:bookworm-1";
+    // Tests: sets the hostname in the UTS namespace of the process `pid` (default: nsenter
+    // on the state thread). An instance on a holder shares the holder's hostname files but
+    // has its own UTS namespace, which the engine names after the holder.
+    std::function<Status(int pid, const std::string& hostname)> set_hostname;
   };
   static int default_max_system_image_layers();
 
@@ -163,6 +182,10 @@ class InstanceRuntime {
   // Problems met loading the state directory (unreadable records), for the operator.
   const std::vector<std::string>& load_problems() const { return load_problems_; }
   RuntimeDriver& driver() { return *driver_; }
+  // Started, unassigned network holders ready for creates (container ids), and the refills
+  // under way. For tests and the operator.
+  std::vector<std::string> pooled_holders() const;
+  bool pool_refilling() const { return refilling_; }
 
  private:
   struct Instance;  // in-memory record plus its per-instance lock
@@ -224,6 +247,37 @@ class InstanceRuntime {
   boost::asio::awaitable<void> remove_container_quietly(std::string container_id);
   boost::asio::awaitable<void> stop_container_quietly(std::string container_id);
 
+  // ---- network holders ----
+  struct PoolHolder {
+    std::string id;
+    std::string name;
+    std::string ipv4;
+    int pid = 0;
+    std::string started_at;
+  };
+  // Creates and starts a holder at `ip` (allocated here when empty). Unassigned.
+  boost::asio::awaitable<Result<PoolHolder>> make_holder(std::string ip, std::string image);
+  // A started holder for a new instance: from the pool, else made now; refills behind it.
+  boost::asio::awaitable<Result<PoolHolder>> take_holder(std::string fallback_image);
+  boost::asio::awaitable<void> refill_pool();
+  void schedule_refill();
+  // Once per runtime: labelled holders the records name stay theirs; other running ones join
+  // the pool (up to its size), the rest are removed.
+  boost::asio::awaitable<Status> adopt_holders();
+  // The record's holder exists and runs (started, or made again at the record's address when
+  // gone); updates record.holder's id. Answers the holder's status.
+  boost::asio::awaitable<Result<ContainerStatus>> ensure_holder(InstanceRecord& record, std::string image);
+  // Under the instance's lock: a running instance whose holder died or restarted gets its
+  // holder started and its container restarted into the holder's new network namespace.
+  boost::asio::awaitable<Status> repair_holder(std::string instance_id);
+  boost::asio::awaitable<Status> set_instance_hostname(int pid, std::string hostname);
+  boost::asio::awaitable<Status> write_hostname_file(std::string id, std::string hostname);
+
+  // The instance's container as it is created: on the bridge at its address, or joining its
+  // network holder. (The system disk's limit as detect_system_disk_limit found it.)
+  ContainerSpec instance_container_spec(const InstanceRecord& record, const InstanceSpec& spec,
+                                        std::vector<Mount> mounts) const;
+
   std::string container_name(const std::string& instance_id) const;
   DriverState driver_state_for(const InstanceRecord& record) const;
   std::vector<firewall::PublishedPort> published_ports() const;
@@ -262,6 +316,10 @@ class InstanceRuntime {
   std::optional<SystemDiskLimit> system_disk_;  // nullopt until the engine answered
   std::map<std::string, int> sample_pids_;      // container id -> its init's pid, for the sampler
   std::string storage_driver_;
+  std::deque<PoolHolder> pool_;
+  bool refilling_ = false;
+  bool holders_adopted_ = false;
+  std::string holder_image_failed_;  // the refill's last error, logged once
 };
 
 }  // namespace gpucloud::agent

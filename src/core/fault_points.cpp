@@ -22,6 +22,10 @@ constexpr std::string_view kKnown[] = {
     "agent.ensure.before_firewall_apply",
     "agent.ensure.after_firewall_apply",
     "rebuild.after_commit",
+    // network holders (agent/instance_runtime.cpp)
+    "agent.holder.after_create",            // a pool holder created, not started, in no pool or record
+    "agent.ensure.after_holder_recorded",   // the holder taken and in the instance's record, no container yet
+    "agent.holder.repair.after_holder_start",  // a dead holder started again, its instance not restarted yet
     // data disks (disks/disk_service.cpp, server/handlers/disk_routes.cpp)
     "disk.after_create_commit",
     "disk.after_agent",

@@ -85,9 +85,12 @@ Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_c
   if (engine.rfind("unix://", 0) == 0) options.engine.socket_path = engine.substr(7);
   options.init_path = init_path.string();
   auto driver = std::make_unique<agent::DockerEngineDriver>(io.get_executor(), options);
+  agent::InstanceRuntime::Options runtime_options;
+  runtime_options.network_holders = cfg.agent.network_holders;
+  runtime_options.network_pool_size = cfg.agent.network_pool_size;
   return std::make_unique<agent::InstanceRuntime>(io.get_executor(), app.installation_id(), state_dir.string(),
                                                   std::move(driver), init_path.string(),
-                                                  "gpucloud-" + app.installation_id());
+                                                  "gpucloud-" + app.installation_id(), runtime_options);
 }
 
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
