@@ -462,9 +462,10 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
   const std::string id(settled.at("id").as_string());
   const std::string install = daemon_->installation_id();
   EXPECT_EQ(reserved_gpus(*daemon_), expected == "running" ? 1 : 0) << "no leaked or double-booked GPU";
-  // Containers of this installation: one for a live instance, none once released.
+  // Instance containers of this installation (network holders aside): one for a live
+  // instance, none once released.
   std::string list = docker_api("GET", "/containers/json?all=1&filters=%7B%22label%22%3A%5B%22gpucloud.installation%3D" +
-                                           install + "%22%5D%7D");
+                                           install + "%22%2C%22gpucloud.instance%22%5D%7D");
   std::size_t containers = 0;
   for (std::size_t pos = 0; (pos = list.find("\"Id\"", pos)) != std::string::npos; ++pos) ++containers;
   EXPECT_EQ(containers, expected == "released" ? 0u : 1u) << list;
