@@ -1,5 +1,8 @@
 #include "billing/ledger.h"
 
+#include <charconv>
+
+#include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 
 #include "core/ids.h"
@@ -15,7 +18,7 @@ constexpr const char* kAccountColumns =
     "alert_armed, created_at FROM billing_accounts ";
 constexpr const char* kEntryColumns =
     "SELECT id, account_id, seq, user_id, time, amount, balance_after, kind, resource, resource_kind, quantity, "
-    "description FROM ledger_entries ";
+    "description, lines FROM ledger_entries ";
 
 Account account_from(const store::Row& r) {
   Account a;
@@ -41,7 +44,7 @@ EntryKind entry_kind_from(std::string_view s) {
   return EntryKind::charge;
 }
 
-Entry entry_from(const store::Row& r) {
+Result<Entry> entry_from(const store::Row& r) {
   Entry e;
   e.id = r.text(0);
   e.account_id = r.text(1);
@@ -55,6 +58,9 @@ Entry entry_from(const store::Row& r) {
   e.resource_kind = r.opt_text(9);
   e.quantity = r.int64(10);
   e.description = r.text(11);
+  auto lines = decode_lines(r.text(12));
+  if (!lines) return fail(lines.error());
+  e.lines = std::move(*lines);
   return e;
 }
 
@@ -63,7 +69,11 @@ Result<std::vector<Entry>> entries(store::Database& db, const std::string& sql, 
   if (!rows) return fail(rows.error());
   std::vector<Entry> out;
   out.reserve(rows->size());
-  for (const auto& r : *rows) out.push_back(entry_from(r));
+  for (const auto& r : *rows) {
+    auto e = entry_from(r);
+    if (!e) return fail(e.error());
+    out.push_back(std::move(*e));
+  }
   return out;
 }
 
@@ -127,6 +137,52 @@ std::string_view to_string(EntryKind kind) {
     case EntryKind::adjustment: return "adjustment";
   }
   return "charge";
+}
+
+std::string encode_lines(const std::vector<EntryLine>& lines) {
+  std::string out;
+  for (const auto& l : lines) {
+    if (!out.empty()) out += '\n';
+    out += l.resource;
+    out += ' ';
+    out += l.resource_kind;
+    out += ' ';
+    out += std::to_string(l.quantity);
+    out += ' ';
+    out += std::to_string(l.amount);
+  }
+  return out;
+}
+
+Result<std::vector<EntryLine>> decode_lines(std::string_view text) {
+  std::vector<EntryLine> out;
+  auto number = [](std::string_view t, std::int64_t& v) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc() && p == t.data() + t.size() && !t.empty();
+  };
+  while (!text.empty()) {
+    const auto end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    std::string_view fields[4];
+    for (auto& f : fields) {
+      const auto space = line.find(' ');
+      f = line.substr(0, space);
+      line = space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
+    }
+    EntryLine l{std::string(fields[0]), std::string(fields[1])};
+    if (l.resource.empty() || l.resource_kind.empty() || !line.empty() || !number(fields[2], l.quantity) ||
+        !number(fields[3], l.amount))
+      return fail(ErrorCode::internal, "a ledger entry's lines are malformed");
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+std::vector<EntryLine> lines_of(const Entry& e) {
+  if (!e.lines.empty()) return e.lines;
+  if ((e.kind != EntryKind::charge && e.kind != EntryKind::refund) || !e.resource) return {};
+  return {EntryLine{*e.resource, e.resource_kind.value_or(""), e.quantity, e.amount}};
 }
 
 std::string account_id_for_user(const std::string& user_id) {
@@ -204,9 +260,11 @@ Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& 
     e.quantity = n.quantity;
     e.description = n.description;
     if (auto s = db.run("INSERT INTO ledger_entries (id, account_id, seq, user_id, time, amount, balance_after, kind, "
-                        "resource, resource_kind, quantity, description) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "resource, resource_kind, quantity, description, lines) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         {e.id, account_id, e.seq, e.user_id, to_unix_micros(now), e.amount, e.balance_after,
-                         std::string(to_string(e.kind)), e.resource, e.resource_kind, e.quantity, e.description});
+                         std::string(to_string(e.kind)), e.resource, e.resource_kind, e.quantity, e.description,
+                         std::string()});
         !s)
       return fail(s.error());
     out.push_back(std::move(e));
@@ -287,7 +345,7 @@ json::object account_json(const Account& a, const std::string& currency) {
 }
 
 json::object entry_json(const Entry& e) {
-  return {{"id", e.id},
+  json::object o{{"id", e.id},
           {"seq", e.seq},
           {"time", format_rfc3339(e.time)},
           {"amount", e.amount},
@@ -297,6 +355,14 @@ json::object entry_json(const Entry& e) {
           {"resource_kind", e.resource_kind ? json::value(*e.resource_kind) : json::value(nullptr)},
           {"quantity", e.quantity},
           {"description", e.description}};
+  if (!e.lines.empty()) {
+    json::array lines;
+    for (const auto& l : e.lines)
+      lines.push_back(json::object{
+          {"resource", l.resource}, {"resource_kind", l.resource_kind}, {"quantity", l.quantity}, {"amount", l.amount}});
+    o["lines"] = std::move(lines);
+  }
+  return o;
 }
 
 }  // namespace gpucloud::billing

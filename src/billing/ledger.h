@@ -33,6 +33,19 @@ struct Account {
   SysTime created_at;
 };
 
+// One resource's share of a charge that covers several (an hourly settlement's entry for an
+// account's meters of one kind). Same sign as the entry's amount.
+struct EntryLine {
+  std::string resource, resource_kind;
+  std::int64_t quantity = 0;
+  std::int64_t amount = 0;
+  bool operator==(const EntryLine&) const = default;
+};
+// Stored in the entry's `lines` column as "resource kind quantity amount" lines joined by
+// '\n' (resource ids and kinds have no spaces); portable text, parsed here only.
+std::string encode_lines(const std::vector<EntryLine>& lines);
+Result<std::vector<EntryLine>> decode_lines(std::string_view text);
+
 struct Entry {
   std::string id, account_id;
   std::int64_t seq = 0;
@@ -43,7 +56,13 @@ struct Entry {
   std::optional<std::string> resource, resource_kind;
   std::int64_t quantity = 0;  // seconds (compute) or GiB-seconds (storage) a charge covers
   std::string description;
+  // Several resources' shares (their sum is `amount` and `quantity`; `resource` is then
+  // null). Empty when the entry is about one resource or none.
+  std::vector<EntryLine> lines;
 };
+// What the entry charged or refunded, resource by resource: its lines, or the entry itself
+// as one line when it names a resource; nothing for a credit or a subscription payment.
+std::vector<EntryLine> lines_of(const Entry& entry);
 
 // "u-XXXX" → "ba-XXXX" (migration 11 derives it the same way).
 std::string account_id_for_user(const std::string& user_id);

@@ -42,11 +42,14 @@ Result<json::array> usage(store::Database& db, const std::string& account_id, Sy
   // (day, resource, kind) → (quantity, amount); day is "" when grouped by resource.
   std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::int64_t, std::int64_t>> groups;
   for (const auto& e : *entries) {
-    // A refund on a resource (charged past a run's end) nets against its charges.
-    if ((e.kind != EntryKind::charge && e.kind != EntryKind::refund) || !e.resource) continue;
-    auto& g = groups[{by_day ? day_text(tz.local_date(e.time)) : std::string(), *e.resource, e.resource_kind.value_or("")}];
-    g.first += e.quantity;
-    g.second += -e.amount;
+    // Charges resource by resource (an hourly entry's lines); a refund on a resource (charged
+    // past a run's end) nets against its charges.
+    const std::string day = by_day ? day_text(tz.local_date(e.time)) : std::string();
+    for (const auto& line : lines_of(e)) {
+      auto& g = groups[{day, line.resource, line.resource_kind}];
+      g.first += line.quantity;
+      g.second += -line.amount;
+    }
   }
   json::array items;
   for (const auto& [key, value] : groups) {
@@ -91,6 +94,9 @@ Result<json::object> statement(store::Database& db, const std::string& account_i
         -e.amount;
     json::object line = entry_json(e);
     line["quantity"] = quantity_json(e.resource_kind.value_or(""), e.quantity);
+    if (auto* shares = line.if_contains("lines"))
+      for (auto& share : shares->as_array())
+        share.as_object()["quantity"] = quantity_json(e.resource_kind.value_or(""), share.as_object()["quantity"].as_int64());
     lines.push_back(std::move(line));
   }
   json::object by_kind;

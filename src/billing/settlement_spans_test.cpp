@@ -10,6 +10,7 @@
 #include "auth/accounts.h"
 #include "billing/ledger.h"
 #include "billing/meters.h"
+#include "billing/reports.h"
 #include "billing/resource_meters.h"
 #include "config/config.h"
 #include "market/prices.h"
@@ -157,6 +158,86 @@ TEST(SettlementSpansTest, APassThatDiesBetweenSpansNeitherSkipsNorRepeatsACharge
   // The next pass, at the same moment, charges what is left and nothing twice.
   ASSERT_TRUE(crashed.store().write_now([&](store::Database& db) { return settle_open_meters(db, t); }));
   EXPECT_EQ(whole.accounts(), crashed.accounts());
+}
+
+// An hourly pass writes one entry per account, user and meter kind. User 0 has one instance and
+// its disk: two entries naming them, as before. User 2 has three instances: one compute entry
+// with no resource and a line per instance, and one data-disk entry with a line per disk; the
+// lines add up to the entries, usage reads them per resource, and the API shows them.
+TEST(SettlementSpansTest, AnHourlyPassGroupsAnAccountsMetersOfOneKindIntoOneEntryWithLines) {
+  SpannedStore s(3);  // users 0, 1, 2: 1, 2, 3 instances, each with a 100 GiB data disk
+  const SysTime t = s.t0 + hours(1) + seconds(30);
+  auto pass = s.store().write_now([&](store::Database& db) { return settle_open_meters(db, t); });
+  ASSERT_TRUE(pass) << pass.error().detail;
+  EXPECT_EQ(pass->meters, 12u);
+  EXPECT_EQ(pass->entries, 6u) << "two kinds for each of three accounts";
+  auto entries_of = [&](int k) {
+    auto e = s.store().write_now([&](store::Database& db) {
+      return entries_between(db, account_id_for_user(s.users[k]), s.t0 + seconds(1), t + hours(1));
+    });
+    EXPECT_TRUE(e);
+    return e ? *e : std::vector<Entry>{};
+  };
+
+  const auto one = entries_of(0);
+  ASSERT_EQ(one.size(), 2u);
+  for (const auto& e : one) {
+    EXPECT_TRUE(e.lines.empty());
+    ASSERT_TRUE(e.resource);
+    EXPECT_EQ(lines_of(e).size(), 1u);
+    EXPECT_FALSE(entry_json(e).contains("lines"));
+  }
+  EXPECT_EQ(*one[0].resource, "i-0-0");
+  EXPECT_EQ(one[0].amount, -(198 * 3630 / 3600));
+  EXPECT_EQ(one[0].description, "compute 3630 s at 198 per hour");
+  EXPECT_EQ(*one[1].resource, "d-i-0-0");
+
+  const auto three = entries_of(2);
+  ASSERT_EQ(three.size(), 2u);
+  const Entry& compute = three[0];
+  EXPECT_EQ(compute.kind, EntryKind::charge);
+  EXPECT_FALSE(compute.resource);
+  EXPECT_EQ(compute.resource_kind, "compute");
+  EXPECT_EQ(compute.quantity, 3 * 3630);
+  ASSERT_EQ(compute.lines.size(), 3u);
+  std::int64_t sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto& l = compute.lines[static_cast<std::size_t>(i)];
+    EXPECT_EQ(l.resource, "i-2-" + std::to_string(i));
+    EXPECT_EQ(l.resource_kind, "compute");
+    EXPECT_EQ(l.quantity, 3630);
+    EXPECT_EQ(l.amount, -(200 * 3630 / 3600));
+    sum += l.amount;
+  }
+  EXPECT_EQ(sum, compute.amount);
+  EXPECT_EQ(compute.balance_after, 1'000'000 + compute.amount);
+  const Entry& disks = three[1];
+  EXPECT_EQ(disks.resource_kind, "data_disk");
+  EXPECT_EQ(disks.lines.size(), 3u);
+  EXPECT_EQ(disks.balance_after, compute.balance_after + disks.amount);
+  EXPECT_EQ(entry_json(compute).at("lines").as_array().size(), 3u);
+
+  // Usage by resource: each instance and disk on its own line, the amounts the lines'.
+  auto items = s.store().write_now([&](store::Database& db) {
+    return usage(db, account_id_for_user(s.users[2]), s.t0, t + hours(1), false, TimeZone::utc());
+  });
+  ASSERT_TRUE(items);
+  ASSERT_EQ(items->size(), 6u);
+  std::int64_t usage_total = 0;
+  for (const auto& item : *items) usage_total += item.at("amount").as_int64();
+  EXPECT_EQ(usage_total, -(compute.amount + disks.amount));
+
+  EXPECT_EQ(s.accounts()[2].second, 1 + 2) << "the sign-up credit and the two entries";
+}
+
+TEST(LedgerLines, EncodeAndDecodeRoundTripAndMalformedTextIsAnError) {
+  const std::vector<EntryLine> lines{{"i-a", "compute", 3600, -198}, {"i-b", "compute", 1, 0}};
+  auto back = decode_lines(encode_lines(lines));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, lines);
+  EXPECT_TRUE(decode_lines("")->empty());
+  for (const char* bad : {"i-a compute 3600", "i-a compute x -1", "i-a compute 1 2 3", " compute 1 2"})
+    EXPECT_FALSE(decode_lines(bad)) << bad;
 }
 
 }  // namespace

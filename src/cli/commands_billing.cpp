@@ -132,6 +132,11 @@ std::string render_ledger(const json::value& page) {
     const std::string currency = currency_of(e, fallback);
     table.add_row({text(e, "time"), text(e, "kind"), signed_money_of(e, "amount", currency),
                    money_of(e, "balance_after", currency), text(e, "resource"), text(e, "description")});
+    // An hourly entry for several resources: each one's share under it.
+    if (const auto* lines = member(e, "lines"); lines && lines->is_array())
+      for (const auto& l : lines->as_array())
+        table.add_row({"", "", signed_money_of(l, "amount", currency), "", text(l, "resource"),
+                       "  " + text(l, "resource_kind") + " " + text(l, "quantity")});
   }
   return table.render();
 }

@@ -524,13 +524,25 @@ json::object component_schemas() {
                                                                "snapshot", "image"}))},
                             {"quantity", integer("What a charge covers: seconds, or GiB-seconds for storage")},
                             {"description", str()}};
-  s["LedgerEntry"] = answer(entry_fields);
+  // An hourly settlement's entry for several resources of one kind names no resource and
+  // carries their shares; present only then.
+  auto with_lines = [&](json::object schema, json::object quantity) {
+    schema["properties"].as_object()["lines"] = with(
+        array_of(answer({{"resource", str("i-..., d-..., ...")},
+                         {"resource_kind", one_of({"compute", "compute_no_gpu", "system_disk", "data_disk",
+                                                   "snapshot", "image"})},
+                         {"quantity", std::move(quantity)},
+                         {"amount", integer("This resource's share of the entry's amount")}})),
+        "description", "Present when the entry covers several resources: each one's share");
+    return schema;
+  };
+  s["LedgerEntry"] = with_lines(answer(entry_fields), integer("Seconds, or GiB-seconds for storage"));
   json::object credited = entry_fields;
   credited["user"] = str("The credited user's id");
   s["CreditEntry"] = answer(credited);
   json::object line = entry_fields;
   line["quantity"] = json::object{{"type", "number"}, {"description", "Seconds, or GiB-hours for storage"}};
-  s["StatementLine"] = answer(line);
+  s["StatementLine"] = with_lines(answer(line), json::object{{"type", "number"}, {"description", "Seconds, or GiB-hours for storage"}});
   s["Statement"] = answer({{"month", str("YYYY-MM")},
                            {"timezone", str("billing_timezone")},
                            {"currency", str()},

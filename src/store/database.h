@@ -2,6 +2,7 @@
 // A small RAII layer over one SQLite connection: cached prepared statements, typed binds,
 // rows copied out as values. Errors come back as Result, never as exceptions.
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <memory>
 #include <optional>
@@ -36,6 +37,18 @@ class Row {
   std::vector<Value> values_;
 };
 
+// The row a statement is on, read in place: valid only inside Database::each's callback.
+class RowView {
+ public:
+  explicit RowView(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  bool is_null(int i) const;
+  std::int64_t int64(int i) const;
+  std::string_view text(int i) const;  // "" for NULL; points into the statement's row
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
 // One bound argument; implicit from the types handlers use.
 struct Arg {
   Value value;
@@ -65,8 +78,13 @@ class Database {
   Status run(std::string_view sql, std::initializer_list<Arg> args = {});
   Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args = {});
   Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args = {});
+  // Every row of a query, read in place without copying it out (a settlement pass reads every
+  // open meter). `fn` returning false stops early.
+  Status each(std::string_view sql, std::initializer_list<Arg> args, const std::function<bool(const RowView&)>& fn);
   std::int64_t changes() const;
   const std::string& path() const { return path_; }
+  // Pages in the write-ahead log after this connection's last commit (a writer only).
+  int wal_pages() const { return wal_pages_; }
 
   // Set by whoever records an event in the open transaction; the store reads and clears it
   // after the commit, to wake event streams at once instead of at their next poll.
@@ -92,6 +110,7 @@ class Database {
   std::string path_;
   std::unordered_map<std::string, sqlite3_stmt*> statements_;
   bool event_written_ = false;
+  int wal_pages_ = 0;
   std::vector<std::string> billing_changes_;
   std::optional<SysTime> schedule_noted_;
 };

@@ -462,6 +462,44 @@ CREATE INDEX instance_samples_age ON instance_samples (resolution, t);
     {15, R"sql(
 ALTER TABLE gpus ADD COLUMN lost_at INTEGER;
 )sql"},
+    // An hourly settlement writes one entry per account, user and meter kind; when it covers
+    // several resources, their lines (resource, quantity, amount) travel in the entry, so a
+    // pass over 100,000 instances appends thousands of rows, not hundreds of thousands.
+    // Empty for an entry about one resource (or none).
+    // The meters are rebuilt clustered by account: a settlement span (a range of accounts)
+    // then rewrites a contiguous run of pages instead of touching every page of the table
+    // once per span, and the open-meter index covers open_since so the spans are cut from the
+    // index alone.
+    {16, R"sql(
+ALTER TABLE ledger_entries ADD COLUMN lines TEXT NOT NULL DEFAULT '';
+CREATE TABLE meters_by_account (
+  id TEXT NOT NULL UNIQUE,
+  account_id TEXT NOT NULL REFERENCES billing_accounts(id),
+  user_id TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('compute', 'compute_no_gpu', 'system_disk', 'data_disk', 'snapshot', 'image')),
+  divisor INTEGER NOT NULL CHECK (divisor > 0),
+  rate INTEGER NOT NULL DEFAULT 0 CHECK (rate >= 0),
+  gib INTEGER NOT NULL DEFAULT 0,
+  open_since INTEGER,
+  accrued INTEGER NOT NULL DEFAULT 0,
+  quantity INTEGER NOT NULL DEFAULT 0,
+  charged INTEGER NOT NULL DEFAULT 0,
+  settled_quantity INTEGER NOT NULL DEFAULT 0,
+  settled_until INTEGER NOT NULL,
+  generation INTEGER NOT NULL DEFAULT 1,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (account_id, id),
+  UNIQUE (resource, kind)
+) WITHOUT ROWID;
+INSERT INTO meters_by_account (id, account_id, user_id, resource, kind, divisor, rate, gib, open_since, accrued,
+                               quantity, charged, settled_quantity, settled_until, generation, created_at)
+  SELECT id, account_id, user_id, resource, kind, divisor, rate, gib, open_since, accrued, quantity, charged,
+         settled_quantity, settled_until, generation, created_at FROM meters;
+DROP TABLE meters;
+ALTER TABLE meters_by_account RENAME TO meters;
+CREATE INDEX meters_open ON meters(account_id, open_since) WHERE open_since IS NOT NULL;
+)sql"},
 };
 
 }  // namespace
