@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include <boost/asio/post.hpp>
+
 #include "store/migrations.h"
 
 namespace gpucloud::store {
@@ -10,6 +12,18 @@ Store::Store(std::string path, std::unique_ptr<Database> writer, int readers)
 Store::~Store() {
   writer_pool_.join();
   reader_pool_.join();
+  checkpoint_pool_.join();
+}
+
+void Store::request_checkpoint() {
+  if (checkpoint_pending_.exchange(true)) return;
+  boost::asio::post(checkpoint_pool_, [this] {
+    if (!checkpointer_)
+      if (auto db = Database::open(path_, false)) checkpointer_ = std::move(*db);
+    // A failed or partial checkpoint is retried at a later commit; the log only grows meanwhile.
+    if (checkpointer_) (void)checkpointer_->exec_script("PRAGMA wal_checkpoint(PASSIVE)");
+    checkpoint_pending_ = false;
+  });
 }
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& path, int readers) {

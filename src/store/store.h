@@ -2,6 +2,7 @@
 // The state store: one SQLite file in WAL mode. Writes are serialised on one thread (one
 // writer connection, each call one IMMEDIATE transaction); reads run on a bounded pool of
 // read-only connections. Callers on the event loop co_await both; nothing blocks the loop.
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,11 @@ class Store {
  private:
   Store(std::string path, std::unique_ptr<Database> writer, int readers);
   std::unique_ptr<Database> take_reader();
+  // The write-ahead log is copied back into the file on a thread of its own (PASSIVE: it
+  // never waits for the writer or readers), once the log holds kCheckpointPages pages, so no
+  // commit pays for a checkpoint and its fsync. One request runs at a time.
+  static constexpr int kCheckpointPages = 1000;
+  void request_checkpoint();
   void give_back_reader(std::unique_ptr<Database> db);
 
   template <class R, class F>
@@ -99,6 +105,7 @@ class Store {
       (void)writer_->take_schedule_noted();
       return R(tl::unexpected(s.error()));
     }
+    if (writer_->wal_pages() >= kCheckpointPages) request_checkpoint();
     if (writer_->take_event_written() && on_event_commit_) on_event_commit_();
     if (auto changed = writer_->take_billing_changes(); !changed.empty() && on_billing_commit_)
       on_billing_commit_(std::move(changed));
@@ -134,7 +141,10 @@ class Store {
   std::mutex writer_mutex_;
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Database>> readers_;
+  std::atomic<bool> checkpoint_pending_{false};
+  std::unique_ptr<Database> checkpointer_;  // used on checkpoint_pool_ only
   boost::asio::thread_pool writer_pool_{1};
+  boost::asio::thread_pool checkpoint_pool_{1};
   boost::asio::thread_pool reader_pool_;
 };
 

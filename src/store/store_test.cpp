@@ -69,6 +69,31 @@ TEST(StoreTest, WritesRollBackOnErrorAndReadsSeeCommits) {
   EXPECT_EQ((*seen)->text(0), "2");
 }
 
+// Commits never checkpoint: the log is copied into the file by the Store's own thread once it
+// holds 1,000 pages. Without it (SQLite's default is off here) the file would stay as small as
+// the schema and the log would grow without end.
+TEST(StoreTest, TheLogIsCheckpointedInTheBackgroundNotByTheCommit) {
+  const std::string path = temp_db();
+  auto store = Store::open(path, 1);
+  ASSERT_TRUE(store);
+  const auto schema_only = fs::file_size(path);
+  ASSERT_TRUE((*store)->write_now([](Database& db) { return db.run("CREATE TABLE filler (v TEXT)"); }));
+  // 12 MB in 24 commits of ~500 KB: well past 1,000 pages of 4 KiB.
+  for (int i = 0; i < 24; ++i)
+    ASSERT_TRUE((*store)->write_now([](Database& db) -> Status {
+      for (int j = 0; j < 125; ++j)
+        if (auto s = db.run("INSERT INTO filler (v) VALUES (?)", {std::string(4000, 'x')}); !s) return s;
+      return ok();
+    }));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fs::file_size(path) < schema_only + 8'000'000 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(fs::file_size(path), schema_only + 8'000'000) << "the log was not copied into the file";
+  auto rows = (*store)->read_now([](Database& db) { return db.one("SELECT COUNT(*) FROM filler"); });
+  ASSERT_TRUE(rows);
+  EXPECT_EQ((*rows)->int64(0), 24 * 125);
+}
+
 // A read is one snapshot: a commit that lands between two of its statements is not seen.
 TEST(StoreTest, EachReadIsOneSnapshot) {
   auto store = Store::open(temp_db(), 2);
