@@ -228,6 +228,20 @@ TEST(SettlementSpansTest, AnHourlyPassGroupsAnAccountsMetersOfOneKindIntoOneEntr
   EXPECT_EQ(usage_total, -(compute.amount + disks.amount));
 
   EXPECT_EQ(s.accounts()[2].second, 1 + 2) << "the sign-up credit and the two entries";
+
+  // The month's statement: the grouped entry is one line with its shares under it (storage
+  // quantities in GiB-hours there), and the charges by kind are the entries'.
+  auto month = s.store().write_now([&](store::Database& db) {
+    return statement(db, account_id_for_user(s.users[2]), format_rfc3339(s.t0).substr(0, 7), TimeZone::utc(), "CNY");
+  });
+  ASSERT_TRUE(month) << month.error().detail;
+  const auto& lines = month->at("lines").as_array();
+  ASSERT_EQ(lines.size(), 3u);
+  const auto& disk_shares = lines[2].at("lines").as_array();
+  ASSERT_EQ(disk_shares.size(), 3u);
+  EXPECT_DOUBLE_EQ(disk_shares[0].at("quantity").as_double(), 100.0 * 3630 / 3600);
+  EXPECT_EQ(month->at("charges").at("compute").as_int64(), -compute.amount);
+  EXPECT_EQ(month->at("charges").at("data_disk").as_int64(), -disks.amount);
 }
 
 TEST(LedgerLines, EncodeAndDecodeRoundTripAndMalformedTextIsAnError) {
