@@ -549,6 +549,9 @@ def main():
     ap.add_argument("--data-disk-gib", type=int, default=0,
                     help="also time gpucloud creates with a new data disk of this size (a third side, "
                          "compared with gpucloud creates without one)")
+    ap.add_argument("--network-holders", choices=("on", "off"), default="on",
+                    help="[agent] network_holders for the daemon: on (the default: instances join pre-started "
+                         "network holders) or off (each instance on the bridge itself, as before session 15)")
     args = ap.parse_args()
     if args.count < 1:
         ap.error("--count must be at least 1")
@@ -603,7 +606,8 @@ def main():
         config_dir.mkdir()
         (config_dir / "authorized_keys").write_text(pub + "\n")
         config_path = workdir / "gpucloud.toml"
-        config_path.write_text(CONFIG_TOML.format(socket=socket_path))
+        config_path.write_text(CONFIG_TOML.format(socket=socket_path) +
+                               f"\n[agent]\nnetwork_holders = {'true' if args.network_holders == 'on' else 'false'}\n")
 
         proc, port, installation = start_daemon(binary, workdir, config_path)
         init_path = workdir / "data" / "agent" / "gpucloud-init.sh"
@@ -628,7 +632,8 @@ def main():
         print(f"bare:    on {'the daemon network ' + bare.network + ' at ' + bare.fixed_ip if bare.network else 'the default bridge'}")
         print(f"image:   {args.image}; 1 GPU = {args.cpus:g} CPU, {args.memory_gib} GiB; "
               f"poll {args.poll_ms:g} ms, ssh retry {args.ssh_retry_ms:g} ms")
-        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(load_before)}")
+        print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(load_before)}; "
+              f"network holders {args.network_holders}")
         print()
         print(f"{'run':>4} {'first':>8} | {'bare: API':>9} {'running':>7} {'ssh':>7} | "
               f"{'gpucloud: POST':>14} {'running':>7} {'ssh':>7} {'release':>7}"

@@ -647,13 +647,11 @@ awaitable<Result<InstanceRuntime::PoolHolder>> InstanceRuntime::take_holder(std:
     auto c = co_await driver_->inspect(h.id);
     if (c && c->exists && c->running && c->pid == h.pid) {
       reserved_ips_.insert(h.ipv4);  // until the instance's record holds it
-      schedule_refill();
       co_return h;
     }
     spdlog::warn(R"({{"event":"network_holder_dropped","holder":"{}","why":"not running as made"}})", h.name);
     if (c && c->exists) co_await remove_container_quietly(h.id);
   }
-  schedule_refill();
   // The pool is empty: one now, on the create's path.
   std::string image = options_.holder_image;
   auto present = co_await driver_->image_present(image);
@@ -1483,6 +1481,9 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   // (A named lambda, not one written inside the co_await: g++ 12 can destroy such a
   // temporary twice. `run` and what it refers to outlive the coroutine it returns.)
   auto result = co_await run();
+  // A holder taken is replaced once this command is done, so the refill's engine work never
+  // competes with the create it served.
+  schedule_refill();
   if (!result) {
     co_await revert.undo();
     // The table may have been applied with this call's record: bring it back in line.

@@ -257,7 +257,8 @@ class InstanceRuntime {
   };
   // Creates and starts a holder at `ip` (allocated here when empty). Unassigned.
   boost::asio::awaitable<Result<PoolHolder>> make_holder(std::string ip, std::string image);
-  // A started holder for a new instance: from the pool, else made now; refills behind it.
+  // A started holder for a new instance: from the pool, else made now (ensure refills the
+  // pool once it is done).
   boost::asio::awaitable<Result<PoolHolder>> take_holder(std::string fallback_image);
   boost::asio::awaitable<void> refill_pool();
   void schedule_refill();
