@@ -361,7 +361,9 @@ Result<Snapshot> restore_snapshot(store::Database& db, const Actor& actor, const
   if (!taken) return fail(taken.error());
   if (*taken) return fail(ErrorCode::conflict, "you have another snapshot named " + s->name + " now");
   Snapshot next = *s;
-  next.state = SS::available;
+  // Only an error snapshot has a reason (a lost or failed one): it comes back as it went, in
+  // error and not billing; its data was never there to restore.
+  next.state = s->state_reason.empty() ? SS::available : SS::error;
   next.deleted_at.reset();
   next.purge_warned = false;
   Change c{"snapshot.restored", "snapshot " + s->name + " restored from the recycle bin"};

@@ -571,6 +571,15 @@ TEST_F(DisksTest, ASnapshotTheHostReportsTornIsLostAndStopsBilling) {
   }, asio::detached);
   ASSERT_TRUE(pump([&] { return done; }));
   EXPECT_EQ(state_of(snaps[1]).generation, lost.generation);
+  // Deleted into the recycle bin and restored, a lost snapshot comes back lost: never
+  // `available` (its data is not there) and never billing again.
+  config_.policy.recycle_days = 7;
+  ASSERT_TRUE(write([&](store::Database& db) { return delete_snapshot(db, config_, alice(), snaps[1], clock_->now()); }));
+  auto restored = write([&](store::Database& db) { return restore_snapshot(db, alice(), snaps[1], clock_->now()); });
+  ASSERT_TRUE(restored) << restored.error().detail;
+  EXPECT_EQ(restored->state, SnapshotState::error);
+  EXPECT_EQ(restored->state_reason, lost.state_reason);
+  EXPECT_FALSE(open_meter(snaps[1]));
 }
 
 TEST_F(DisksTest, AHalfMadeDiskIsFinishedByTheNextPass) {
