@@ -44,6 +44,13 @@
 // created is removed again if it cannot be started, a new record and its address released).
 // Commands for one instance run one at a time; different instances proceed concurrently.
 //
+// Network holders (Options::network_holders, [agent] network_holders): a new instance's
+// container joins a pre-started holder's network namespace (NetworkMode container:HOLDER) and
+// its address is the holder's. The holder is recorded before the container is created; stop
+// keeps it, start starts it first, instance.remove removes it, and instance.status repairs a
+// running instance whose holder died, restarted or went away. Holders carry
+// kNetworkHolderLabel and are never reported as unknown containers.
+//
 // Restarts: nothing here stops a container when the agent stops. start() reloads the state
 // directory, re-checks the network and re-applies the firewall for the recorded instances;
 // containers are found again from their persisted DriverState (id, then name, then labels).
