@@ -463,6 +463,16 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
 
 // ---- the network -------------------------------------------------------------------------
 
+// A network made before the MTU was set (or by another version) keeps its MTU: changing it
+// means removing it with every instance detached, so the operator is told instead.
+void InstanceRuntime::warn_if_mtu_differs(const NetworkInfo& info) const {
+  const int have = info.mtu > 0 ? info.mtu : 1500, want = options_.network_mtu > 0 ? options_.network_mtu : 1500;
+  if (have > want)
+    spdlog::warn(R"({{"event":"instance_network_mtu","network":"{}","mtu":{},"uplink_mtu":{},)"
+                 R"("detail":"instances' full-size packets exceed the uplink; recreate the network with no instance on it"}})",
+                 network_name_, have, want);
+}
+
 awaitable<Status> InstanceRuntime::ensure_network() {
   if (network_checked_) co_return ok();
   co_await network_lock_->lock();
@@ -472,10 +482,12 @@ awaitable<Status> InstanceRuntime::ensure_network() {
   spec.name = network_name_;
   spec.labels = {{std::string(kInstallationLabel), installation_id_}};
   spec.icc = false;
+  spec.mtu = options_.network_mtu;
   if (network_) {
     spec.subnet = network_->subnet;
     auto info = co_await driver_->ensure_network(spec);
     if (!info) co_return fail(std::move(info.error()));
+    warn_if_mtu_differs(*info);
     if (info->gateway != network_->gateway && !info->gateway.empty()) {
       NetworkRecord updated = *network_;
       updated.gateway = info->gateway;
@@ -500,6 +512,7 @@ awaitable<Status> InstanceRuntime::ensure_network() {
       }
     }
     if (info) {
+      warn_if_mtu_differs(*info);
       NetworkRecord record{network_name_, info->subnet, info->gateway};
       if (auto s = co_await save_network_record(record); !s) co_return s;
       network_ = std::move(record);

@@ -120,6 +120,9 @@ class InstanceRuntime {
     // instances already on holders keep theirs either way.
     bool network_holders = false;
     int network_pool_size = 2;
+    // The MTU gpucloud's bridge is made with (0: the engine's 1500): the uplink's when it is
+    // smaller (agent/runtime/uplink_mtu.h), so instances' full-size packets fit the uplink.
+    int network_mtu = 0;
     // The holders' image (it needs `sleep`); when the engine lacks it, an inline holder uses
     // the instance's own image and the pool is not refilled.
     std::string holder_image = "gpucloud/base:bookworm-1";
@@ -203,6 +206,7 @@ class InstanceRuntime {
   boost::asio::awaitable<Status> start_locked();
   boost::asio::awaitable<Status> ensure_started();
   boost::asio::awaitable<Status> ensure_network();
+  void warn_if_mtu_differs(const NetworkInfo& info) const;
 
   // The state directory's writes (and fsyncs), on state_thread_.
   boost::asio::awaitable<Status> save_record(InstanceRecord record);

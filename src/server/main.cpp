@@ -19,6 +19,7 @@
 #include "agent/instance_runtime.h"
 #include "agent/loopback_transport.h"
 #include "agent/runtime/docker_engine_driver.h"
+#include "agent/runtime/uplink_mtu.h"
 #include "config/config.h"
 #include "core/fault_points.h"
 #include "server/app.h"
@@ -88,6 +89,7 @@ Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_c
   agent::InstanceRuntime::Options runtime_options;
   runtime_options.network_holders = cfg.agent.network_holders;
   runtime_options.network_pool_size = cfg.agent.network_pool_size;
+  runtime_options.network_mtu = agent::bridge_mtu_for(agent::uplink_mtu());
   return std::make_unique<agent::InstanceRuntime>(io.get_executor(), app.installation_id(), state_dir.string(),
                                                   std::move(driver), init_path.string(),
                                                   "gpucloud-" + app.installation_id(), runtime_options);

@@ -392,6 +392,7 @@ class DockerDriverTest : public ::testing::Test {
       spec.name = *network_;
       spec.subnet = prefix_ + "0/24";
       spec.labels = {{"gpucloud.installation", installation_}};
+      spec.mtu = 1400;  // as the agent sets it on a host whose uplink has 1400
       auto made = run(ioc, driver.ensure_network(spec));
       if (made) {
         network_ready_ = true;
@@ -922,6 +923,7 @@ TEST_F(DockerDriverTest, DOCKER_NetworkIsIdempotentAndKeepsInstancesApart) {
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->subnet, n.subnet);
   EXPECT_EQ(again->bridge_name.rfind("br-", 0), 0u);
+  EXPECT_EQ(again->mtu, 1400) << "the MTU the network was made with";
   n.subnet = "10.99.99.0/24";
   auto clash = go(driver_->ensure_network(n));
   ASSERT_FALSE(clash);
@@ -951,6 +953,10 @@ TEST_F(DockerDriverTest, DOCKER_NetworkIsIdempotentAndKeepsInstancesApart) {
   auto probe_out = go(driver_->exec_run(id_a, {"python3", "-c", probe, b.ipv4}, 10s));
   ASSERT_TRUE(probe_out) << error_text(probe_out.error());
   EXPECT_EQ(probe_out->out.rfind("closed", 0), 0u) << probe_out->out;
+  // The instance's interface has the bridge's MTU, not the engine's 1500.
+  auto mtu = go(driver_->exec_run(id_a, {"cat", "/sys/class/net/eth0/mtu"}, 10s));
+  ASSERT_TRUE(mtu) << error_text(mtu.error());
+  EXPECT_EQ(mtu->out, "1400\n");
 }
 
 TEST_F(DockerDriverTest, DOCKER_ImagePresentAndCommit) {

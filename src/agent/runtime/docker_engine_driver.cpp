@@ -1,5 +1,7 @@
 #include "agent/runtime/docker_engine_driver.h"
 
+#include <charconv>
+
 #include <csignal>
 #include <sys/types.h>
 
@@ -487,6 +489,11 @@ awaitable<Result<NetworkInfo>> DockerEngineDriver::ensure_network(NetworkSpec sp
       }
       const auto* options = object_at(net, "Options");
       info.bridge_name = string_at(options, "com.docker.network.bridge.name");
+      if (const std::string mtu = string_at(options, "com.docker.network.driver.mtu"); !mtu.empty()) {
+        int v = 0;
+        auto [p, ec] = std::from_chars(mtu.data(), mtu.data() + mtu.size(), v);
+        if (ec == std::errc() && p == mtu.data() + mtu.size()) info.mtu = v;
+      }
       if (info.bridge_name.empty() && info.id.size() >= 12) info.bridge_name = "br-" + info.id.substr(0, 12);
       if (string_at(net, "Driver") != "bridge") {
         co_return fail(ErrorCode::conflict, "network " + spec.name + " exists and is not a bridge");
@@ -509,6 +516,7 @@ awaitable<Result<NetworkInfo>> DockerEngineDriver::ensure_network(NetworkSpec sp
     if (!spec.gateway.empty()) ipam_config["Gateway"] = spec.gateway;
     json::object options{{"com.docker.network.bridge.enable_icc", spec.icc ? "true" : "false"}};
     if (!spec.bridge_name.empty()) options["com.docker.network.bridge.name"] = spec.bridge_name;
+    if (spec.mtu > 0) options["com.docker.network.driver.mtu"] = std::to_string(spec.mtu);
     json::object body{
         {"Name", spec.name},
         {"Driver", "bridge"},

@@ -108,6 +108,7 @@ struct NetworkSpec {
   std::string bridge_name;  // Linux interface name (≤ 15 chars); empty: engine's br-<id>
   std::map<std::string, std::string> labels;
   bool icc = false;     // inter-container traffic; off for gpucloud (tenants stay apart)
+  int mtu = 0;          // the bridge's MTU when it is made; 0: the engine's default (1500)
 };
 
 struct NetworkInfo {
@@ -116,6 +117,7 @@ struct NetworkInfo {
   std::string subnet;
   std::string gateway;
   std::string bridge_name;  // the host interface, for the firewall
+  int mtu = 0;              // as the engine has it; 0: its default
   bool created = false;     // this call created it
 };
 
