@@ -114,16 +114,21 @@ TEST(DockerEngineDriverPaths, ImageReferencesAreOnePercentEncodedSegment) {
                                      "GET /v1.41/images/gpucloud%2Fbase%3Abookworm-1/json HTTP/1.1"));
 }
 
-TEST(DockerEngineDriverPlan, DropsRawSocketsButKeepsWhatSshdAndAptNeed) {
+// The create request the driver would send for `spec` (the init at /opt/gpucloud/init.sh).
+Result<DockerEngineDriver::CreatePlan> plan_for(const ContainerSpec& spec) {
   net::io_context io;
   DockerEngineDriver::Options options;
   options.init_path = "/opt/gpucloud/init.sh";
-  DockerEngineDriver driver(io.get_executor(), options);
+  const DockerEngineDriver driver(io.get_executor(), options);
+  return driver.plan_create(spec);
+}
+
+TEST(DockerEngineDriverPlan, DropsRawSocketsButKeepsWhatSshdAndAptNeed) {
   ContainerSpec spec;
   spec.name = "gpucloud-x-i1";
   spec.image = "gpucloud/base:bookworm-1";
   spec.cpus = 1;
-  auto plan = driver.plan_create(spec);
+  auto plan = plan_for(spec);
   ASSERT_TRUE(plan) << plan.error().detail;
   const auto& host = plan->body.at("HostConfig").as_object();
   std::vector<std::string> dropped;
@@ -135,16 +140,12 @@ TEST(DockerEngineDriverPlan, DropsRawSocketsButKeepsWhatSshdAndAptNeed) {
 }
 
 TEST(DockerEngineDriverPlan, JoinedContainerSendsNothingTheEngineRefusesInContainerMode) {
-  net::io_context io;
-  DockerEngineDriver::Options options;
-  options.init_path = "/opt/gpucloud/init.sh";
-  DockerEngineDriver driver(io.get_executor(), options);
   ContainerSpec spec;
   spec.name = "gpucloud-x-i1";
   spec.image = "gpucloud/base:bookworm-1";
   spec.hostname = "box";
   spec.join_network_of = "0123456789ab";
-  auto plan = driver.plan_create(spec);
+  auto plan = plan_for(spec);
   ASSERT_TRUE(plan) << plan.error().detail;
   const auto& body = plan->body.as_object();
   EXPECT_EQ(body.at("HostConfig").at("NetworkMode"), "container:0123456789ab");
@@ -153,14 +154,10 @@ TEST(DockerEngineDriverPlan, JoinedContainerSendsNothingTheEngineRefusesInContai
   EXPECT_FALSE(body.at("HostConfig").as_object().contains("PortBindings"));
   spec.network = "gpucloud-x";
   spec.ipv4 = "10.200.0.5";
-  EXPECT_FALSE(driver.plan_create(spec)) << "a joined container has no address of its own";
+  EXPECT_FALSE(plan_for(spec)) << "a joined container has no address of its own";
 }
 
 TEST(DockerEngineDriverPlan, NetworkHolderDropsEveryCapabilityAndMountsNothing) {
-  net::io_context io;
-  DockerEngineDriver::Options options;
-  options.init_path = "/opt/gpucloud/init.sh";
-  DockerEngineDriver driver(io.get_executor(), options);
   ContainerSpec spec;
   spec.name = "gpucloud-x-holder-1";
   spec.image = "gpucloud/base:bookworm-1";
@@ -170,7 +167,7 @@ TEST(DockerEngineDriverPlan, NetworkHolderDropsEveryCapabilityAndMountsNothing) 
   spec.memory_bytes = 16 * 1024 * 1024;
   spec.network = "gpucloud-x";
   spec.ipv4 = "10.200.0.7";
-  auto plan = driver.plan_create(spec);
+  auto plan = plan_for(spec);
   ASSERT_TRUE(plan) << plan.error().detail;
   const auto& host = plan->body.at("HostConfig").as_object();
   ASSERT_EQ(host.at("CapDrop").as_array().size(), 1u);
