@@ -70,6 +70,8 @@ if [ -f /etc/shadow ] && grep -q '^root:' /etc/shadow; then
     rm -f /etc/.shadow.gpucloud-save
   fi
 fi
+# usermod (and passwd, chpasswd) keep the file as it was in /etc/shadow-: with the hash.
+if [ -f /etc/shadow- ]; then cat /etc/shadow >/etc/shadow- || exit 1; fi
 echo gpucloud-save: clean
 )sh";
   return script;
@@ -155,14 +157,15 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
       co_return fail(ErrorCode::internal, "cleaning the saved image failed (exit " + std::to_string(ended->exit_code) +
                                               "): " + (log ? log->substr(0, 500) : std::string()));
     }
-    // 3. The clean filesystem as REF.
-    auto final_image = co_await driver_.commit(cleaner, repo, tag, labels);
+    // 3. The clean filesystem as REF, in one layer: a commit would stack it on REF-raw's
+    // layer, where the deleted secrets would still be (under whiteouts, in every export).
+    auto final_image = co_await driver_.flatten(cleaner, repo, tag, labels);
     if (!final_image) co_return fail(std::move(final_image.error()));
     co_return co_await sizes(r.ref, r.base);
   };
   out = co_await clean_and_commit();
   (void)co_await driver_.remove(cleaner);
-  // Untagged only: its layer stays as the clean image's parent.
+  // Nothing is built on REF-raw: removing its tag deletes its layer, secrets and all.
   if (auto s = co_await driver_.remove_image(raw_ref); !s)
     spdlog::warn(R"({{"event":"image_raw_not_untagged","image":"{}","error":"{}"}})", raw_ref, s.error().detail);
   if (out) spdlog::info(R"({{"event":"image_saved","instance":"{}","image":"{}"}})", r.instance_id, r.ref);

@@ -11,11 +11,13 @@
 // How a save stays clean: the container is committed with the engine's pause (consistent,
 // also while running) as REF-raw; a short-lived container from that image (no network, our
 // label only) deletes the host keys, the managed authorized_keys block, root's password hash
-// and the per-boot files the init writes (sanitize_script()); that container is committed as
-// REF and REF-raw is untagged. Data disks are bind mounts: never part of a commit. The
-// init's inputs (/.gpucloud/config: keys, hash, host key) are a bind mount too. What stays
-// behind: REF-raw's layer, a parent of REF on this engine only, holds the files the second
-// layer deletes (whiteouts); nothing of it is reachable from inside an instance.
+// and the per-boot files the init writes (sanitize_script()); that container's filesystem is
+// exported and imported as REF, one layer with REF-raw's config (RuntimeDriver::flatten), and
+// REF-raw is removed with its layer. Not a commit on top of REF-raw: the deleted files would
+// stay in REF-raw's layer under whiteouts, in every `docker save` of REF. The price: REF
+// shares no layer with its base (own_size_bytes still bills only size - base). Data disks are
+// bind mounts: never part of a commit. The init's inputs (/.gpucloud/config: keys, hash, host
+// key) are a bind mount too.
 // A repeat of a save that completed (same ref present) only reports the sizes.
 #include <cstdint>
 #include <map>

@@ -120,7 +120,19 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
   EXPECT_EQ(inside("ls /etc/ssh/ | grep -c ssh_host_ || true"), "0\n");
   EXPECT_EQ(inside("cat /root/.ssh/authorized_keys 2>/dev/null | grep -c ssh- || true"), "0\n");
   EXPECT_EQ(inside("grep ^root: /etc/shadow | cut -d: -f2"), "*\n");
+  EXPECT_EQ(inside("grep ^root: /etc/shadow- | cut -d: -f2"), "*\n") << "nor in the shadow file's backup";
   EXPECT_EQ(inside("ls /etc/profile.d/00-gpucloud-env.sh 2>/dev/null | wc -l"), "0\n");
+  // Nor anywhere in what the engine stores and exports of it, in any layer: the source's host
+  // private key, its root password hash and the user's public key are not in `docker save`.
+  const std::string needles = daemon_.dir() + "/secrets";
+  shell("docker exec " + container_of(src) + " sh -c 'sed -n 2p /.gpucloud/config/ssh_host_ed25519_key; " +
+        "grep ^root: /etc/shadow | cut -d: -f2' > " + needles + " && cut -d' ' -f2 " + key_dir + "/id.pub >> " + needles);
+  ASSERT_EQ(shell("wc -l < " + needles), "3\n") << shell("cat " + needles);
+  ASSERT_EQ(shell("grep -c '^\\$' " + needles + " || true"), "1\n") << "the second needle is a password hash";
+  EXPECT_EQ(shell("docker image inspect --format '{{len .RootFS.Layers}}' " + ref), "1\n") << "one flattened layer";
+  EXPECT_EQ(shell("docker save " + ref + " | grep -a -c -F -f " + needles + " || true"), "0\n")
+      << "a secret of the source is in the saved image's layers: "
+      << shell("docker save " + ref + " | grep -a -o -F -f " + needles + " | sort | uniq -c");
 
   // Only its owner sees or uses it.
   EXPECT_EQ(daemon_.get("/api/v1/images/" + id, bob_).status, 404);

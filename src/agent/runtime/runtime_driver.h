@@ -226,8 +226,9 @@ class RuntimeDriver {
       std::string id, std::vector<std::string> argv, int rows, int cols,
       std::vector<std::string> env) = 0;
 
-  // Save-image: commits the container's filesystem (not its mounts) as repo:tag. The caller
-  // removes the instance's host keys first (see kHostKeyPath). Returns the image id.
+  // Commits the container's filesystem (not its mounts) as repo:tag, paused while it runs:
+  // rebuilds keep the system disk with it, and save-image takes its raw copy with it (which
+  // ImageSaver then cleans and flattens: a commit keeps the secrets it holds). Returns the id.
   virtual boost::asio::awaitable<Result<std::string>> commit(
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) = 0;
