@@ -141,6 +141,23 @@ json::object to_json(const Heartbeat& b) {
   return {{"host_name", b.host_name}, {"sequence", b.sequence}, {"gpus", std::move(gpus)}};
 }
 
+json::object to_json(const ChangeReport& r) {
+  json::array ids;
+  for (const auto& id : r.instance_ids) ids.emplace_back(id);
+  return {{"host_name", r.host_name}, {"instance_ids", std::move(ids)}};
+}
+
+Result<ChangeReport> change_report_from_json(const json::value& v) {
+  Fields f(v, "change report");
+  ChangeReport r;
+  r.host_name = f.str("host_name");
+  if (const auto* ids = f.array("instance_ids")) {
+    for (const auto& id : *ids)
+      if (id.is_string()) r.instance_ids.emplace_back(id.as_string());
+  }
+  return f.finish(std::move(r));
+}
+
 json::object to_json(const Command& c) {
   return {{"id", c.id}, {"host_name", c.host_name}, {"kind", c.kind}, {"desired", c.desired}};
 }

@@ -78,6 +78,14 @@ struct SampleReport {
   std::vector<GpuReading> gpus;           // every real GPU of the host
 };
 
+// Something changed on a host behind the control plane's back or ahead of its next look (a
+// container started, died or went away): reconcile now. No ids: anything may have changed
+// (the agent lost sight of its engine for a while).
+struct ChangeReport {
+  std::string host_name;
+  std::vector<std::string> instance_ids;
+};
+
 // A command says the desired state of one thing ("instance X should be running with ...");
 // repeating a command id has no further effect (the agent answers the first outcome).
 struct Command {
@@ -101,6 +109,8 @@ boost::json::object to_json(const Heartbeat&);
 boost::json::object to_json(const Command&);
 boost::json::object to_json(const SampleReport&);
 Result<SampleReport> sample_report_from_json(const boost::json::value&);
+boost::json::object to_json(const ChangeReport&);
+Result<ChangeReport> change_report_from_json(const boost::json::value&);
 boost::json::object to_json(const CommandOutcome&);
 Result<GpuInfo> gpu_info_from_json(const boost::json::value&);
 Result<HostInventory> host_inventory_from_json(const boost::json::value&);

@@ -89,6 +89,20 @@ TEST(AgentProtocolMalformed, CommandsHeartbeatsAndInventories) {
   EXPECT_THAT(error_of(read_inventory, with(inv, "cpu", "many")), HasSubstr("cpu: not an integer"));
 }
 
+TEST(AgentProtocolChanges, ReportRoundTripsAndMalformedOnesNameTheField) {
+  ChangeReport report{"node-1", {"i-1", "i-2"}};
+  auto back = change_report_from_json(json::parse(json::serialize(to_json(report))));
+  ASSERT_TRUE(back) << back.error().detail;
+  EXPECT_EQ(back->host_name, "node-1");
+  EXPECT_THAT(back->instance_ids, ::testing::ElementsAre("i-1", "i-2"));
+  auto everything = change_report_from_json(json::parse(json::serialize(to_json(ChangeReport{}))));
+  ASSERT_TRUE(everything);
+  EXPECT_TRUE(everything->instance_ids.empty());
+  auto read = [](const json::value& v) { return change_report_from_json(v); };
+  EXPECT_THAT(error_of(read, parsed(R"({"host_name":5,"instance_ids":[]})")), HasSubstr("host_name"));
+  EXPECT_THAT(error_of(read, parsed(R"([])")), HasSubstr("change report"));
+}
+
 TEST(AgentProtocolMalformed, TextThatIsNotJsonIsAnError) {
   for (const char* text : {"", "{", "{\"ok\": tru}", "[1,2", "nul"}) {
     EXPECT_NO_THROW({

@@ -23,6 +23,10 @@ class HostAgent {
   // The agent reports each sampling round (instances' CPU, memory and GPUs) through this sink
   // (set once, before register_hosts). An agent that samples nothing never calls it.
   virtual void on_samples(std::function<void(SampleReport)> sink) { (void)sink; }
+  // The agent reports containers that started, died or went away through this sink (set once,
+  // before register_hosts), so the control plane reconciles at once. An agent that watches
+  // nothing never calls it (the periodic reconcile still finds every change).
+  virtual void on_changes(std::function<void(ChangeReport)> sink) { (void)sink; }
   // An interactive shell in a running instance (a TTY exec). Bytes, not messages: a wire
   // transport carries it as its own stream beside the command channel.
   virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,

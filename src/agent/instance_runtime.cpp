@@ -18,6 +18,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -254,6 +255,64 @@ void InstanceRuntime::register_handlers(LocalAgent& agent) {
                            "instance.stop_unknown", "instance.exec", "image.inspect", "image.save",
                            "image.remove"}) {
     agent.add_command_handler(kind, [this](const Command& command) { return handle(command); });
+  }
+}
+
+void InstanceRuntime::report_changes_to(LocalAgent& agent) {
+  if (!driver_->reports_events() || watching_) return;
+  watching_ = true;
+  net::co_spawn(strand_, watch_engine_events(&agent), net::detached);
+}
+
+std::map<std::string, std::vector<std::string>> InstanceRuntime::instances_of(const EngineEvent& event) const {
+  std::map<std::string, std::vector<std::string>> out;
+  const auto own = event.attributes.find(std::string(kInstanceLabel));
+  const bool holder = event.attributes.contains(std::string(kNetworkHolderLabel));
+  for (const auto& [id, slot] : instances_) {
+    if (!slot->record) continue;
+    const auto& record = *slot->record;
+    const bool concerned = (own != event.attributes.end() && own->second == id) ||
+                           (holder && !record.holder.id.empty() && record.holder.id == event.id);
+    if (concerned) out[record.desired.host].push_back(id);
+  }
+  return out;
+}
+
+awaitable<void> InstanceRuntime::watch_engine_events(LocalAgent* agent) {
+  constexpr auto kFirstPause = std::chrono::seconds(1), kLongestPause = std::chrono::seconds(30);
+  auto pause = std::chrono::seconds(kFirstPause);
+  bool ever_connected = false;
+  std::string last_error;
+  net::steady_timer timer(strand_);
+  while (watching_) {
+    bool connected = false;
+    auto on_connected = [&] {
+      connected = true;
+      // Reconnected: what happened meanwhile was not seen, so everything may have changed.
+      if (ever_connected) agent->report_changes(ChangeReport{});
+      ever_connected = true;
+      if (!last_error.empty()) spdlog::info(R"({"event":"engine_events_following"})");
+      last_error.clear();
+    };
+    auto on_event = [this, agent](EngineEvent event) {
+      // instances_ is read on the strand, where it is written.
+      net::post(strand_, [this, agent, event = std::move(event)] {
+        if (!watching_) return;
+        for (auto& [host, ids] : instances_of(event)) agent->report_changes(ChangeReport{host, std::move(ids)});
+      });
+    };
+    std::map<std::string, std::string> labels{{std::string(kInstallationLabel), installation_id_}};
+    auto s = co_await driver_->watch_events(std::move(labels), on_event, on_connected);
+    if (!watching_) break;
+    std::string error = s ? std::string("the engine ended the event stream") : s.error().detail;
+    if (error != last_error)
+      spdlog::warn(R"({{"event":"engine_events_lost","error":{},"retry_in_s":{}}})", q(error),
+                   connected ? kFirstPause.count() : pause.count());
+    last_error = error;
+    pause = connected ? kFirstPause : std::min(pause * 2, std::chrono::seconds(kLongestPause));
+    timer.expires_after(pause);
+    boost::system::error_code ec;
+    co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
   }
 }
 

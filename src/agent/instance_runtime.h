@@ -173,6 +173,16 @@ class InstanceRuntime {
   // the agent's use of it.
   void register_sample_source(LocalAgent& agent);
 
+  // Engine events: every start, death or removal of one of this installation's containers is
+  // reported to `agent` (LocalAgent::report_changes) with the instances it concerns (an
+  // instance's own container, or the network holder it joins), so the control plane
+  // reconciles now rather than at its next pass. The watch reconnects while the engine is
+  // away (1 s doubling to 30 s) and reports each reconnect as a change of everything, since
+  // events were missed. A driver without events (fakes) watches nothing.
+  void report_changes_to(LocalAgent& agent);
+  // Stops the watch (shutdown; the runtime must outlive a watch it started).
+  void stop_watching() { watching_ = false; }
+
   // The sampler's view of every instance whose desired state is running and whose container
   // the engine says runs: ids, host, the container's init pid, its GPUs and memory limit.
   // Pids are remembered per container and asked of the engine only for a container not seen
@@ -203,6 +213,9 @@ class InstanceRuntime {
 
   boost::asio::awaitable<Result<CommandOutcome>> dispatch(Command command);
   boost::asio::awaitable<Status> start_on_strand();
+  boost::asio::awaitable<void> watch_engine_events(LocalAgent* agent);
+  // The instances an event concerns, grouped by host (on the strand).
+  std::map<std::string, std::vector<std::string>> instances_of(const EngineEvent& event) const;
   boost::asio::awaitable<Status> start_locked();
   boost::asio::awaitable<Status> ensure_started();
   boost::asio::awaitable<Status> ensure_network();
@@ -332,6 +345,7 @@ class InstanceRuntime {
   bool refilling_ = false;
   bool holders_adopted_ = false;
   std::string holder_image_failed_;  // the refill's last error, logged once
+  bool watching_ = false;
 };
 
 }  // namespace gpucloud::agent

@@ -40,6 +40,11 @@ class LocalAgent : public HostAgent {
   // on a thread of its own; the sink gets one SampleReport per host, on the loop. Rounds
   // never overlap: a slow one delays the next.
   void on_samples(std::function<void(SampleReport)> sink) override { sample_sink_ = std::move(sink); }
+  void on_changes(std::function<void(ChangeReport)> sink) override { change_sink_ = std::move(sink); }
+  // The runtime layers report changes here (on the loop); dropped until a sink is set.
+  void report_changes(ChangeReport report) {
+    if (change_sink_) change_sink_(std::move(report));
+  }
   // Where the running instances come from (InstanceRuntime::register_sample_source); none:
   // rounds report the hosts' GPUs only.
   void set_sample_source(sampling::SampleSource source) { sample_source_ = std::move(source); }
@@ -116,6 +121,7 @@ class LocalAgent : public HostAgent {
   std::deque<std::string> outcome_order_;
 
   std::function<void(SampleReport)> sample_sink_;
+  std::function<void(ChangeReport)> change_sink_;
   sampling::SampleSource sample_source_;
   std::chrono::milliseconds sample_interval_;
   std::string sampling_proc_root_ = "/proc";

@@ -56,4 +56,13 @@ void LoopbackJsonAgent::on_samples(std::function<void(SampleReport)> sink) {
   });
 }
 
+void LoopbackJsonAgent::on_changes(std::function<void(ChangeReport)> sink) {
+  inner_->on_changes([this, sink = std::move(sink)](ChangeReport report) {
+    ++messages_;
+    auto text = through_text(to_json(report));
+    if (!text) return;
+    if (auto copy = change_report_from_json(*text)) sink(std::move(*copy));
+  });
+}
+
 }  // namespace gpucloud::agent

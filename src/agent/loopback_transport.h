@@ -15,6 +15,7 @@ class LoopbackJsonAgent : public HostAgent {
   boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) override;
   void on_heartbeat(std::function<void(Heartbeat)> sink) override;
   void on_samples(std::function<void(SampleReport)> sink) override;
+  void on_changes(std::function<void(ChangeReport)> sink) override;
   // Terminal bytes are a stream, not messages: passed through as they are.
   boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,
                                                                                std::string instance_id, int rows,

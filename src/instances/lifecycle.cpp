@@ -401,10 +401,33 @@ asio::awaitable<void> InstanceService::follow_up_images() {
 
 void InstanceService::schedule_reconcile() {
   if (stopped_) return;
-  reconcile_timer_.expires_after(period_);
+  auto next = std::chrono::steady_clock::now() + period_;
+  // A change reported while the pass ran may have come after it looked: one more, soon.
+  if (pass_again_) next = last_pass_end_ + kNudgeSpacing;
+  pass_again_ = false;
+  arm_reconcile(next);
+}
+
+void InstanceService::arm_reconcile(std::chrono::steady_clock::time_point at) {
+  reconcile_timer_.expires_at(at);  // a wait already armed ends with operation_aborted
   reconcile_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec && !stopped_) asio::co_spawn(loop_, reconcile(), asio::detached);
   });
+}
+
+void InstanceService::nudge(const std::vector<std::string>& instance_ids) {
+  if (stopped_) return;
+  // The pass looks at every instance (level-triggered): the ids only say why it runs early.
+  spdlog::debug(R"({{"event":"reconcile_nudged","instances":{}}})", instance_ids.size());
+  if (reconciling_) {
+    pass_again_ = true;
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const auto at = std::max(now + kNudgeDelay, last_pass_end_ + kNudgeSpacing);
+  const auto armed = reconcile_timer_.expiry();
+  if (armed > now && armed <= at) return;  // due sooner already
+  arm_reconcile(at);
 }
 
 asio::awaitable<void> InstanceService::reconcile() {
@@ -416,6 +439,7 @@ asio::awaitable<void> InstanceService::reconcile() {
     spdlog::error(R"({{"event":"reconcile_failed","detail":"{}"}})", e.what());
   }
   reconciling_ = false;
+  last_pass_end_ = std::chrono::steady_clock::now();
   schedule_reconcile();
 }
 
@@ -431,6 +455,33 @@ std::optional<SysTime> platform_time_of(const std::string& engine_time, SysTime 
   return platform_now - std::chrono::duration_cast<SysTime::duration>(ago);
 }
 }  // namespace
+
+asio::awaitable<void> InstanceService::handle_unknown_container(std::string host, std::string container, bool running) {
+  bool ok_stop = true;
+  if (running) {
+    spdlog::warn(R"({{"event":"unknown_container","host":"{}","container":"{}","action":"stopped"}})", host, container);
+    std::string stop_kind = "instance.stop_unknown";
+    json::object desired;
+    desired["container_id"] = container;
+    auto stopped = co_await send(host, stop_kind, std::move(desired));
+    ok_stop = stopped && stopped->ok;
+  }
+  if (reported_unknown_.insert(container).second) {
+    // An operator event (no user), once per container and daemon run.
+    auto report = [host, container, ok_stop, now = clock_.now()](store::Database& db) -> Status {
+      auto id = market::host_id_by_name(db, host);
+      if (!id) return fail(id.error());
+      std::string resource = id->value_or(host);
+      return events::record(db, now, "host.unknown_container", resource, std::nullopt,
+                            "container " + container.substr(0, 12) + " on " + host +
+                                " carries this installation's label but no instance: " +
+                                (ok_stop ? "stopped, not deleted" : "could not be stopped"),
+                            json::object{{"host", host}, {"container_id", container}, {"stopped", ok_stop}});
+    };
+    if (auto s = co_await store_.write(std::move(report)); !s) spdlog::warn("reconcile report: {}", s.error().detail);
+  }
+  stopping_unknown_.erase(container);
+}
 
 asio::awaitable<void> InstanceService::reconcile_pass() {
   auto load = [](store::Database& db) { return live_instances(db); };
@@ -479,28 +530,10 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
         const bool running = observed_bool(*o, "running");
         // Ours by label but unrecorded: stopped and reported (once), never deleted.
         if (!running && reported_unknown_.contains(container)) continue;
-        bool ok_stop = true;
-        if (running) {
-          spdlog::warn(R"({{"event":"unknown_container","host":"{}","container":"{}","action":"stopped"}})", host, container);
-          std::string stop_kind = "instance.stop_unknown";
-          json::object desired;
-          desired["container_id"] = container;
-          auto stopped = co_await send(host, stop_kind, std::move(desired));
-          ok_stop = stopped && stopped->ok;
-        }
-        if (!reported_unknown_.insert(container).second) continue;
-        // An operator event (no user), once per container and daemon run.
-        auto report = [host, container, ok_stop, now = clock_.now()](store::Database& db) -> Status {
-          auto id = market::host_id_by_name(db, host);
-          if (!id) return fail(id.error());
-          std::string resource = id->value_or(host);
-          return events::record(db, now, "host.unknown_container", resource, std::nullopt,
-                                "container " + container.substr(0, 12) + " on " + host +
-                                    " carries this installation's label but no instance: " +
-                                    (ok_stop ? "stopped, not deleted" : "could not be stopped"),
-                                json::object{{"host", host}, {"container_id", container}, {"stopped", ok_stop}});
-        };
-        if (auto s = co_await store_.write(std::move(report)); !s) spdlog::warn("reconcile report: {}", s.error().detail);
+        // Beside the pass, not in it: a stop waits out the container's grace period (10 s for
+        // one that ignores SIGTERM), and the instances' repairs must not wait for it.
+        if (!stopping_unknown_.insert(container).second) continue;
+        asio::co_spawn(loop_, handle_unknown_container(host, container, running), asio::detached);
       }
     }
   }

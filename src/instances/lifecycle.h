@@ -4,10 +4,12 @@
 // host agent until reality matches, and reconcile() repairs whatever a crash, a dying
 // container or a restarted engine left behind. Level-triggered: it always acts on what the
 // store says now, so running it twice, or after a crash, is safe.
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -45,6 +47,13 @@ class InstanceService {
   boost::asio::awaitable<void> reconcile();
   // Reconciles now and then every `period`.
   void start_background(std::chrono::seconds period = std::chrono::seconds(10));
+  // A host reported containers that started, died or went away (HostAgent::on_changes): the
+  // next pass runs within kNudgeDelay instead of at its period, but never sooner than
+  // kNudgeSpacing after the last pass ended (a burst of events costs one pass, not one each).
+  // A change reported during a pass gets one more pass after it.
+  static constexpr std::chrono::milliseconds kNudgeDelay{100};
+  static constexpr std::chrono::milliseconds kNudgeSpacing{500};
+  void nudge(const std::vector<std::string>& instance_ids);
   // Stops scheduling passes (shutdown).
   void stop_background();
 
@@ -56,7 +65,7 @@ class InstanceService {
   // True while no step is queued or running for `id` (tests).
   bool idle(const std::string& id) const { return !converging_.contains(id); }
   // True while any engine work is under way (shutdown waits for it).
-  bool busy() const { return !converging_.empty() || reconciling_; }
+  bool busy() const { return !converging_.empty() || reconciling_ || !stopping_unknown_.empty(); }
 
   // What the agent reported about one instance's container.
   struct ContainerReport {
@@ -83,11 +92,15 @@ class InstanceService {
   // instance.status's system disk part: what the host enforces, what each instance uses.
   boost::asio::awaitable<Status> record_system_disk(std::string host, boost::json::object observed);
   void schedule_reconcile();
+  void arm_reconcile(std::chrono::steady_clock::time_point at);
   // Asks the engine about each public image: its size, or that it is missing.
   boost::asio::awaitable<void> refresh_images();
   boost::asio::awaitable<void> follow_up_images();
   bool images_followup_ = false;  // a quicker look is scheduled while a pull runs
   std::set<std::string> reported_unknown_;  // unknown containers already reported (this run)
+  std::set<std::string> stopping_unknown_;  // unknown containers being stopped and reported now
+  // Stops one unknown container (when running) and reports it once; beside the pass.
+  boost::asio::awaitable<void> handle_unknown_container(std::string host, std::string container, bool running);
 
   boost::asio::any_io_executor loop_;
   const config::Config& config_;
@@ -100,6 +113,8 @@ class InstanceService {
   std::set<std::string> refresh_wanted_;
   std::map<std::string, Observation> observations_;
   bool reconciling_ = false;
+  bool pass_again_ = false;  // a change was reported during the pass
+  std::chrono::steady_clock::time_point last_pass_end_{};
   bool stopped_ = false;
   std::chrono::seconds period_{10};
   boost::asio::steady_timer reconcile_timer_;

@@ -1,6 +1,7 @@
 // The instance state machine without Docker: a scripted fake agent drives actions, converge
 // and reconcile through the races (release during create, stop during a refresh, a report
 // that arrives after the user moved on, a container started behind the platform's back).
+#include <algorithm>
 #include <deque>
 
 #include "billing/ledger.h"
@@ -56,7 +57,7 @@ class FakeAgent : public agent::HostAgent {
 
   asio::awaitable<Result<agent::CommandOutcome>> execute(agent::Command command) override {
     log.push_back(command);
-    if (command.kind == "instance.ensure" && hold_ensures) {
+    if ((command.kind == "instance.ensure" && hold_ensures) || (command.kind == "instance.status" && hold_status)) {
       auto gate = std::make_shared<asio::steady_timer>(loop_, asio::steady_timer::time_point::max());
       parked.push_back(gate);
       boost::system::error_code ec;
@@ -112,6 +113,7 @@ class FakeAgent : public agent::HostAgent {
   std::map<std::string, Container> containers;
   std::deque<std::shared_ptr<asio::steady_timer>> parked;
   bool hold_ensures = false;
+  bool hold_status = false;
   bool malformed_status = false;
 
  private:
@@ -400,6 +402,35 @@ TEST_F(LifecycleTest, AContainerThatDiedCountsItsRunUntilItsExit) {
   EXPECT_EQ(i.run_seconds, 3);
   EXPECT_EQ(i.state_reason, "exited 137");
   EXPECT_TRUE(i.gpu_uuids.empty());
+}
+
+TEST_F(LifecycleTest, AReportedChangeIsReconciledAtOnceAndABurstCostsOnePass) {
+  auto id = create();
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  auto passes = [&] {
+    return std::count_if(agent_->log.begin(), agent_->log.end(), [](const auto& c) { return c.kind == "instance.status"; });
+  };
+  service_->start_background(std::chrono::seconds(3600));  // one pass now, the next in an hour
+  ASSERT_TRUE(pump([&] { return passes() == 1 && !service_->busy(); }));
+  // The container died behind the platform's back and the host said so (an engine event).
+  agent_->containers[id].running = false;
+  const auto reported = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) service_->nudge({id});
+  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }, std::chrono::seconds(3)))
+      << "a reported change waited for the hourly pass";
+  EXPECT_LT(std::chrono::steady_clock::now() - reported, std::chrono::seconds(2));
+  pump([] { return false; }, std::chrono::milliseconds(800));
+  EXPECT_EQ(passes(), 2) << "fifty reports, one pass";
+  // A report during a pass gets one more pass after it (the first may have looked too early).
+  agent_->hold_status = true;
+  service_->nudge({id});
+  ASSERT_TRUE(pump([&] { return passes() == 3 && !agent_->parked.empty(); }, std::chrono::seconds(2)));
+  service_->nudge({id});
+  agent_->hold_status = false;
+  agent_->release_one();
+  ASSERT_TRUE(pump([&] { return passes() == 4; }, std::chrono::seconds(3)));
+  pump([] { return false; }, std::chrono::milliseconds(800));
+  EXPECT_EQ(passes(), 4);
 }
 
 TEST_F(LifecycleTest, AReportAboutAnEarlierGenerationRepairsNothing) {

@@ -72,6 +72,10 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   agent->on_samples([this](agent::SampleReport report) {
     if (monitoring_) monitoring_->ingest(std::move(report));
   });
+  // Containers that started, died or went away: reconcile now (dropped before the service exists).
+  agent->on_changes([this](agent::ChangeReport report) {
+    if (instances_) instances_->nudge(report.instance_ids);
+  });
   hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent));
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };

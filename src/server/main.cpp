@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
   io.restart();  // run_one() may have found no more work, which stops the context
   if (runtime_started && !*runtime_started)
     spdlog::warn(R"({{"event":"runtime_unavailable","detail":"{}"}})", runtime_started->error().detail);
+  agent::LocalAgent* local_agent_ptr = local_agent.get();
   std::unique_ptr<agent::HostAgent> host_agent = std::move(local_agent);
   if (const char* transport = std::getenv("GPUCLOUD_AGENT_TRANSPORT"); transport && std::string(transport) == "loopback-json")
     host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
@@ -234,6 +235,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpucloudd: agent: %s\n", agent_started ? agent_started->error().detail.c_str() : "did not start");
     return 1;
   }
+  // From here a container that dies or starts behind the platform's back is reconciled at once.
+  runtime_ptr->report_changes_to(*local_agent_ptr);
 
   server::HttpServer http(io, app, app.config().server);
   auto bound = http.listen(listen);
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
     if (ec) return;
     spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
     app.begin_shutdown();  // event streams end; in-flight requests finish
+    runtime_ptr->stop_watching();
     asio::co_spawn(io, stop_serving(http, app, io), asio::detached);
   });
   std::signal(SIGPIPE, SIG_IGN);

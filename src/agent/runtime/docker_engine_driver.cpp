@@ -971,6 +971,38 @@ awaitable<Result<double>> DockerEngineDriver::update(std::string id, double cpus
   co_return applied;
 }
 
+std::optional<EngineEvent> DockerEngineDriver::parse_event(std::string_view line) {
+  boost::system::error_code ec;
+  auto value = json::parse(line, ec);
+  if (ec || !value.is_object()) return std::nullopt;
+  const auto& o = value.as_object();
+  if (string_at(&o, "Type") != "container") return std::nullopt;
+  EngineEvent event;
+  event.action = string_at(&o, "Action");
+  const auto* actor = object_at(&o, "Actor");
+  event.id = string_at(actor, "ID");
+  if (event.action.empty() || event.id.empty()) return std::nullopt;
+  if (const auto* attributes = object_at(actor, "Attributes"))
+    for (const auto& [k, v] : *attributes)
+      if (v.is_string()) event.attributes.emplace(std::string(k), std::string(v.as_string()));
+  return event;
+}
+
+awaitable<Status> DockerEngineDriver::watch_events(std::map<std::string, std::string> labels,
+                                                   std::function<void(EngineEvent)> on_event,
+                                                   std::function<void()> connected) {
+  json::array label_filter;
+  for (const auto& [k, v] : labels) label_filter.emplace_back(k + "=" + v);
+  json::object filters{{"type", json::array{"container"}},
+                       {"event", json::array{"start", "die", "oom", "destroy"}},
+                       {"label", std::move(label_filter)}};
+  std::string target = "/events?filters=" + url_encode(json::serialize(filters));
+  auto on_line = [on_event = std::move(on_event)](std::string_view line) {
+    if (auto event = parse_event(line)) on_event(std::move(*event));
+  };
+  co_return co_await engine_.follow(std::move(target), std::move(on_line), std::move(connected));
+}
+
 awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {
   std::string target = "/images/" + url_encode(ref);
   co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404);

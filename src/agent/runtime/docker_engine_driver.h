@@ -67,6 +67,14 @@ class DockerEngineDriver final : public RuntimeDriver {
                                                         std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<std::string>> logs(std::string id, int tail) override;
   boost::asio::awaitable<Result<std::int64_t>> system_disk_used(std::string id) override;
+  bool reports_events() const override { return true; }
+  // GET /events filtered to containers with these labels and the actions a reconcile cares
+  // about (start, die, oom, destroy).
+  boost::asio::awaitable<Status> watch_events(std::map<std::string, std::string> labels,
+                                              std::function<void(EngineEvent)> on_event,
+                                              std::function<void()> connected) override;
+  // One line of the engine's event stream; nothing when it is not a container event.
+  static std::optional<EngineEvent> parse_event(std::string_view line);
   boost::asio::awaitable<Result<ExecResult>> exec_run(std::string id, std::vector<std::string> argv,
                                                       std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<std::string>> exec_capture(std::string id,

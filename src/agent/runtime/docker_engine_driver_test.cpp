@@ -23,8 +23,11 @@ using local = net::local::stream_protocol;
 // request lines. Blocking, on its own thread: the driver under test runs on its own loop.
 class FakeEngine {
  public:
-  FakeEngine()
-      : path_((std::filesystem::temp_directory_path() /
+  static constexpr const char* kNotFound = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  // `answer`: the bytes every request gets back.
+  explicit FakeEngine(std::string answer = kNotFound)
+      : answer_(std::move(answer)),
+        path_((std::filesystem::temp_directory_path() /
                ("gpucloud-fake-engine-" + std::to_string(::getpid()) + "-" +
                 std::to_string(reinterpret_cast<std::uintptr_t>(this)) + ".sock"))
                   .string()) {
@@ -63,11 +66,11 @@ class FakeEngine {
         std::lock_guard lock(mutex_);
         lines_.push_back(head.substr(0, head.find("\r\n")));
       }
-      const std::string answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-      net::write(s, net::buffer(answer), ec);
+      net::write(s, net::buffer(answer_), ec);
     }
   }
 
+  std::string answer_;
   std::string path_;
   net::io_context io_;
   local::acceptor acceptor_{io_};
@@ -177,6 +180,80 @@ TEST(DockerEngineDriverPlan, NetworkHolderDropsEveryCapabilityAndMountsNothing) 
   EXPECT_EQ(host.at("NetworkMode"), "gpucloud-x");
   EXPECT_EQ(plan->body.at("NetworkingConfig").at("EndpointsConfig").at("gpucloud-x").at("IPAMConfig").at("IPv4Address"),
             "10.200.0.7");
+}
+
+// The event stream: JSON lines in chunks that cut lines anywhere; only container events count.
+TEST(DockerEngineDriverEvents, WatchReadsEventsAcrossChunksAndSendsTheFilter) {
+  const std::string die =
+      R"({"status":"die","id":"c1","Type":"container","Action":"die","Actor":{"ID":"c1","Attributes":{"gpucloud.instance":"i-1","exitCode":"137"}},"time":1})";
+  const std::string holder =
+      R"({"Type":"container","Action":"start","Actor":{"ID":"h2","Attributes":{"gpucloud.network-holder":"1"}}})";
+  const std::string network = R"({"Type":"network","Action":"connect","Actor":{"ID":"n1","Attributes":{}}})";
+  const std::string body = die + "\n" + network + "\n\n" + holder + "\n";
+  std::string chunked;
+  for (std::size_t at = 0; at < body.size(); at += 37) {  // 37: cuts inside lines and at newlines
+    const std::string piece = body.substr(at, 37);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    chunked += size + piece + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  FakeEngine engine("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked);
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.engine.socket_path = engine.path();
+  DockerEngineDriver driver(io.get_executor(), options);
+  std::vector<EngineEvent> events;
+  bool connected = false;
+  auto ended = run(io, driver.watch_events({{"gpucloud.installation", "abc"}},
+                                           [&](EngineEvent e) { events.push_back(std::move(e)); },
+                                           [&] { connected = true; }));
+  EXPECT_TRUE(ended) << "the engine ending the stream is not an error";
+  EXPECT_TRUE(connected);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].action, "die");
+  EXPECT_EQ(events[0].id, "c1");
+  EXPECT_EQ(events[0].attributes.at("gpucloud.instance"), "i-1");
+  EXPECT_EQ(events[1].action, "start");
+  EXPECT_EQ(events[1].attributes.at("gpucloud.network-holder"), "1");
+  ASSERT_EQ(engine.lines().size(), 1u);
+  const std::string line = engine.lines().front();
+  EXPECT_EQ(line.rfind("GET /v1.41/events?filters=", 0), 0u) << line;
+  for (const char* part : {"%22type%22%3A%5B%22container%22%5D", "gpucloud.installation%3Dabc", "%22die%22", "%22destroy%22"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << " not in " << line;
+}
+
+TEST(DockerEngineDriverEvents, AnErrorAnswerOrNoEngineIsAnError) {
+  {
+    FakeEngine engine;  // 404
+    net::io_context io;
+    DockerEngineDriver::Options options;
+    options.engine.socket_path = engine.path();
+    DockerEngineDriver driver(io.get_executor(), options);
+    bool connected = false;
+    auto s = run(io, driver.watch_events({}, [](EngineEvent) {}, [&] { connected = true; }));
+    EXPECT_FALSE(s);
+    EXPECT_FALSE(connected);
+  }
+  net::io_context io;
+  DockerEngineDriver::Options options;
+  options.engine.socket_path = "/nonexistent/gpucloud-engine.sock";
+  DockerEngineDriver driver(io.get_executor(), options);
+  auto s = run(io, driver.watch_events({}, [](EngineEvent) {}, [] {}));
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, ErrorCode::unavailable);
+}
+
+TEST(EngineLineSplitter, JoinsPiecesSkipsEmptyLinesAndDropsOversizedOnes) {
+  docker::LineSplitter splitter(8);
+  std::vector<std::string> lines;
+  auto keep = [&](std::string_view l) { lines.emplace_back(l); };
+  splitter.feed("ab", keep);
+  splitter.feed("c\n\nde", keep);
+  splitter.feed("f\n0123456789", keep);  // past 8: dropped whole, up to its newline
+  splitter.feed("abc\nxy", keep);
+  splitter.feed("z\n", keep);
+  EXPECT_THAT(lines, ::testing::ElementsAre("abc", "def", "xyz"));
 }
 
 }  // namespace

@@ -230,6 +230,64 @@ awaitable<Result<std::vector<json::value>>> EngineClient::call_stream(
   co_return parse_message_stream(res->body);
 }
 
+void LineSplitter::feed(std::string_view piece, const std::function<void(std::string_view)>& on_line) {
+  while (!piece.empty()) {
+    const auto newline = piece.find('\n');
+    const std::string_view part = piece.substr(0, newline);
+    if (!dropping_) {
+      if (partial_.size() + part.size() > max_line_) {
+        partial_.clear();
+        dropping_ = true;
+      } else {
+        partial_.append(part);
+      }
+    }
+    if (newline == std::string_view::npos) return;
+    if (!dropping_ && !partial_.empty()) on_line(partial_);
+    partial_.clear();
+    dropping_ = false;
+    piece.remove_prefix(newline + 1);
+  }
+}
+
+awaitable<Status> EngineClient::follow(std::string target, std::function<void(std::string_view)> on_line,
+                                       std::function<void()> connected, std::chrono::milliseconds timeout) {
+  Stream stream(executor_);
+  stream.expires_after(timeout.count() > 0 ? timeout : options_.timeout);
+  boost::system::error_code ec;
+  const local::endpoint endpoint(options_.socket_path);
+  co_await stream.async_connect(endpoint, redirect_error(use_awaitable, ec));
+  if (ec) co_return fail(transport_error("connecting", ec, options_.socket_path));
+  auto req = make_request(options_, Method::get, target, std::nullopt);
+  co_await http::async_write(stream, req, redirect_error(use_awaitable, ec));
+  if (ec) co_return fail(transport_error("sending " + target, ec, options_.socket_path));
+
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);  // nothing is kept: the chunk callback consumes every piece
+  co_await http::async_read_header(stream, buffer, parser, redirect_error(use_awaitable, ec));
+  if (ec) co_return fail(transport_error("reading the answer to " + target, ec, options_.socket_path));
+  const unsigned status = parser.get().result_int();
+  if (status != 200) {
+    parser.body_limit(1u << 20);
+    co_await http::async_read(stream, buffer, parser, redirect_error(use_awaitable, ec));
+    co_return fail(engine_error(status, ec ? std::string_view{} : std::string_view(parser.get().body())));
+  }
+  if (connected) connected();
+  stream.expires_never();
+  LineSplitter lines;
+  auto on_chunk = [&](std::uint64_t, std::string_view body, boost::system::error_code&) -> std::size_t {
+    lines.feed(body, on_line);
+    return body.size();
+  };
+  parser.on_chunk_body(on_chunk);
+  // Completes only when the engine ends the stream (or the connection breaks).
+  co_await http::async_read(stream, buffer, parser, redirect_error(use_awaitable, ec));
+  if (ec && ec != http::error::end_of_stream && ec != net::error::eof)
+    co_return fail(transport_error("reading " + target, ec, options_.socket_path));
+  co_return ok();
+}
+
 awaitable<Result<HijackedConnection>> EngineClient::hijack(Method method, std::string target,
                                                            std::optional<json::value> body,
                                                            std::chrono::milliseconds timeout) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/json/value.hpp>
+
 
 #include "core/result.h"
 
@@ -63,6 +65,19 @@ struct Demuxed {
 };
 Demuxed demux_stream(std::string_view data);
 
+// Joins the pieces of a JSON-lines stream and hands out each complete line (without its
+// newline; empty lines skipped). A line longer than `max_line` is dropped whole.
+class LineSplitter {
+ public:
+  explicit LineSplitter(std::size_t max_line = 1u << 20) : max_line_(max_line) {}
+  void feed(std::string_view piece, const std::function<void(std::string_view)>& on_line);
+
+ private:
+  std::string partial_;
+  std::size_t max_line_;
+  bool dropping_ = false;  // inside a line past max_line, until its newline
+};
+
 // Percent-encoding for query parameters.
 std::string url_encode(std::string_view text);
 
@@ -107,6 +122,15 @@ class EngineClient {
   boost::asio::awaitable<Result<std::vector<boost::json::value>>> call_stream(
       Method method, std::string target, std::optional<boost::json::value> body = std::nullopt,
       std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
+
+  // A GET answered with an endless stream of JSON lines (GET /events): `on_line` gets each
+  // complete line as it arrives (chunks are joined and split at newlines). `connected` is
+  // called once the engine has answered 200. Returns when the engine ends the stream (ok),
+  // on a transport error or another status (an error). `timeout` covers only the exchange up
+  // to the response header; the stream itself has none.
+  boost::asio::awaitable<Status> follow(std::string target, std::function<void(std::string_view)> on_line,
+                                        std::function<void()> connected = {},
+                                        std::chrono::milliseconds timeout = std::chrono::milliseconds{0});
 
   // Sends the request with "Connection: Upgrade / Upgrade: tcp" and, when the engine
   // answers 101 (or 200 with a raw stream), hands over the connection. `timeout` covers

@@ -8,6 +8,7 @@
 // agent's event loop, and takes its arguments by value (they must outlive suspension).
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -171,6 +172,13 @@ std::optional<std::string> find_host_key(std::string_view log);
 
 // An interactive exec with a TTY (the web terminal). One read and one write may be
 // outstanding at the same time; no two reads or two writes.
+// One of the engine's container events (die, start, destroy, oom...), as watch_events reports it.
+struct EngineEvent {
+  std::string action;                             // "die", "start", "destroy", ...
+  std::string id;                                 // the container's id
+  std::map<std::string, std::string> attributes;  // its labels, name, exitCode
+};
+
 class TerminalSession {
  public:
   virtual ~TerminalSession() = default;
@@ -245,6 +253,20 @@ class RuntimeDriver {
   virtual boost::asio::awaitable<Result<std::string>> flatten(
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) = 0;
+
+  // Follows the engine's container events for containers carrying every label in `labels`,
+  // calling `on_event` for each (on the driver's executor) until the engine ends the stream or
+  // the connection breaks. `connected` is called once the engine accepted the watch: events
+  // from then on are seen. false from reports_events(): the runtime has none to give.
+  virtual bool reports_events() const { return false; }
+  virtual boost::asio::awaitable<Status> watch_events(std::map<std::string, std::string> labels,
+                                                      std::function<void(EngineEvent)> on_event,
+                                                      std::function<void()> connected) {
+    (void)labels;
+    (void)on_event;
+    (void)connected;
+    co_return fail(ErrorCode::unavailable, "this runtime reports no events");
+  }
 
   // Bytes the container wrote over its image (the engine's SizeRw); unavailable where the
   // driver cannot tell.
