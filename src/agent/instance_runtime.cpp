@@ -258,10 +258,30 @@ void InstanceRuntime::register_handlers(LocalAgent& agent) {
   }
 }
 
-void InstanceRuntime::report_changes_to(LocalAgent& agent) {
+void InstanceRuntime::report_changes_to(std::function<void(ChangeReport)> sink) {
   if (!driver_->reports_events() || watching_) return;
+  change_sink_ = std::move(sink);
   watching_ = true;
-  net::co_spawn(strand_, watch_engine_events(&agent), net::detached);
+  net::co_spawn(strand_, watch_engine_events(), net::detached);
+}
+
+void InstanceRuntime::on_engine_event(const EngineEvent& event) {
+  if (!watching_) return;
+  for (auto& [host, ids] : instances_of(event)) change_sink_(ChangeReport{host, std::move(ids)});
+  if ((event.action == "die" || event.action == "destroy") &&
+      event.attributes.contains(std::string(kNetworkHolderLabel))) {
+    auto pooled = std::find_if(pool_.begin(), pool_.end(), [&](const PoolHolder& h) { return h.id == event.id; });
+    if (pooled == pool_.end()) return;
+    spdlog::warn(R"({{"event":"network_holder_dropped","holder":"{}","why":"it {} in the pool"}})", pooled->name,
+                 event.action == "die" ? "died" : "was removed");
+    pool_.erase(pooled);
+    net::co_spawn(strand_, replace_pooled_holder(event.action == "die" ? event.id : std::string()), net::detached);
+  }
+}
+
+awaitable<void> InstanceRuntime::replace_pooled_holder(std::string container_id) {
+  if (!container_id.empty()) co_await remove_container_quietly(std::move(container_id));
+  schedule_refill();
 }
 
 std::map<std::string, std::vector<std::string>> InstanceRuntime::instances_of(const EngineEvent& event) const {
@@ -278,7 +298,7 @@ std::map<std::string, std::vector<std::string>> InstanceRuntime::instances_of(co
   return out;
 }
 
-awaitable<void> InstanceRuntime::watch_engine_events(LocalAgent* agent) {
+awaitable<void> InstanceRuntime::watch_engine_events() {
   constexpr auto kFirstPause = std::chrono::seconds(1), kLongestPause = std::chrono::seconds(30);
   auto pause = std::chrono::seconds(kFirstPause);
   bool ever_connected = false;
@@ -289,27 +309,25 @@ awaitable<void> InstanceRuntime::watch_engine_events(LocalAgent* agent) {
     auto on_connected = [&] {
       connected = true;
       // Reconnected: what happened meanwhile was not seen, so everything may have changed.
-      if (ever_connected) agent->report_changes(ChangeReport{});
+      if (ever_connected && watching_) change_sink_(ChangeReport{});
       ever_connected = true;
-      if (!last_error.empty()) spdlog::info(R"({"event":"engine_events_following"})");
+      if (!last_error.empty()) spdlog::info("{}", R"({"event":"engine_events_following"})");
       last_error.clear();
     };
-    auto on_event = [this, agent](EngineEvent event) {
-      // instances_ is read on the strand, where it is written.
-      net::post(strand_, [this, agent, event = std::move(event)] {
-        if (!watching_) return;
-        for (auto& [host, ids] : instances_of(event)) agent->report_changes(ChangeReport{host, std::move(ids)});
-      });
+    // instances_ and the pool are touched on the strand, where they are written.
+    auto on_event = [this](EngineEvent event) {
+      net::post(strand_, [this, event = std::move(event)] { on_engine_event(event); });
     };
     std::map<std::string, std::string> labels{{std::string(kInstallationLabel), installation_id_}};
     auto s = co_await driver_->watch_events(std::move(labels), on_event, on_connected);
     if (!watching_) break;
     std::string error = s ? std::string("the engine ended the event stream") : s.error().detail;
+    // The first retry after losing a stream comes at once-ish; failed retries back off.
+    pause = connected || last_error.empty() ? std::chrono::seconds(kFirstPause)
+                                            : std::min(pause * 2, std::chrono::seconds(kLongestPause));
     if (error != last_error)
-      spdlog::warn(R"({{"event":"engine_events_lost","error":{},"retry_in_s":{}}})", q(error),
-                   connected ? kFirstPause.count() : pause.count());
+      spdlog::warn(R"({{"event":"engine_events_lost","error":{},"retry_in_s":{}}})", q(error), pause.count());
     last_error = error;
-    pause = connected ? kFirstPause : std::min(pause * 2, std::chrono::seconds(kLongestPause));
     timer.expires_after(pause);
     boost::system::error_code ec;
     co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));

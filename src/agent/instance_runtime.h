@@ -174,12 +174,14 @@ class InstanceRuntime {
   void register_sample_source(LocalAgent& agent);
 
   // Engine events: every start, death or removal of one of this installation's containers is
-  // reported to `agent` (LocalAgent::report_changes) with the instances it concerns (an
+  // reported to `sink` (LocalAgent::report_changes) with the instances it concerns (an
   // instance's own container, or the network holder it joins), so the control plane
-  // reconciles now rather than at its next pass. The watch reconnects while the engine is
-  // away (1 s doubling to 30 s) and reports each reconnect as a change of everything, since
-  // events were missed. A driver without events (fakes) watches nothing.
-  void report_changes_to(LocalAgent& agent);
+  // reconciles now rather than at its next pass. A pooled holder that dies is dropped from
+  // the pool and replaced at once (a create would otherwise find it dead and make one
+  // inline). The watch reconnects while the engine is away (1 s doubling to 30 s) and reports
+  // each reconnect as a change of everything, since events were missed. A driver without
+  // events watches nothing. Called once; the sink runs on the loop.
+  void report_changes_to(std::function<void(ChangeReport)> sink);
   // Stops the watch (shutdown; the runtime must outlive a watch it started).
   void stop_watching() { watching_ = false; }
 
@@ -213,7 +215,9 @@ class InstanceRuntime {
 
   boost::asio::awaitable<Result<CommandOutcome>> dispatch(Command command);
   boost::asio::awaitable<Status> start_on_strand();
-  boost::asio::awaitable<void> watch_engine_events(LocalAgent* agent);
+  boost::asio::awaitable<void> watch_engine_events();
+  void on_engine_event(const EngineEvent& event);  // on the strand
+  boost::asio::awaitable<void> replace_pooled_holder(std::string container_id);
   // The instances an event concerns, grouped by host (on the strand).
   std::map<std::string, std::vector<std::string>> instances_of(const EngineEvent& event) const;
   boost::asio::awaitable<Status> start_locked();
@@ -346,6 +350,7 @@ class InstanceRuntime {
   bool holders_adopted_ = false;
   std::string holder_image_failed_;  // the refill's last error, logged once
   bool watching_ = false;
+  std::function<void(ChangeReport)> change_sink_;
 };
 
 }  // namespace gpucloud::agent

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -40,6 +41,20 @@ struct FakeEngine {
   int next_pid = 1000;
   int creates = 0;
   std::set<std::string> images{"gpucloud/base:bookworm-1", "img"};
+  // Events: on when `events`; while a watch is open, `emit` sends one and `end_watch` ends it.
+  bool events = false;
+  std::function<void(EngineEvent)> emit;
+  std::function<void()> end_watch;
+  int watches = 0;
+  void event(const std::string& action, const FakeContainer& c) {
+    if (action == "die") {
+      FakeContainer& alive = containers.at(c.id);
+      alive.running = false;
+      alive.pid = 0;
+    }
+    EngineEvent e{action, c.id, c.spec.labels};
+    if (emit) emit(std::move(e));
+  }
 
   FakeContainer* find(const std::string& id_or_name) {
     if (auto it = containers.find(id_or_name); it != containers.end()) return &it->second;
@@ -215,6 +230,20 @@ class FakeDriver : public RuntimeDriver {
   net::awaitable<Result<std::string>> flatten(std::string id, std::string repo, std::string tag,
                                               std::map<std::string, std::string> labels) override {
     co_return co_await commit(std::move(id), std::move(repo), std::move(tag), std::move(labels));
+  }
+  bool reports_events() const override { return e_->events; }
+  net::awaitable<Status> watch_events(std::map<std::string, std::string>, std::function<void(EngineEvent)> on_event,
+                                      std::function<void()> connected) override {
+    ++e_->watches;
+    e_->emit = std::move(on_event);
+    connected();
+    net::steady_timer open(co_await net::this_coro::executor, net::steady_timer::time_point::max());
+    e_->end_watch = [&open] { open.cancel(); };
+    boost::system::error_code ec;
+    co_await open.async_wait(net::redirect_error(net::use_awaitable, ec));
+    e_->emit = nullptr;
+    e_->end_watch = nullptr;
+    co_return fail(ErrorCode::unavailable, "the engine went away");
   }
 
  private:
@@ -534,6 +563,59 @@ TEST_F(NetworkHolderTest, TurnedOffInstancesAreOnTheBridgeAsBefore) {
   make_runtime(false, 2);
   ASSERT_TRUE(drive(runtime_->start()));
   EXPECT_EQ(engine_->find("stray1"), nullptr);
+}
+
+TEST_F(NetworkHolderTest, EngineEventsReportTheirInstancesAndADeadPooledHolderIsReplaced) {
+  engine_->events = true;
+  make_runtime();
+  ASSERT_TRUE(drive(runtime_->start()));
+  ASSERT_TRUE(ensure("i1", "box"));
+  ASSERT_EQ(runtime_->pooled_holders().size(), 2u);
+  std::vector<ChangeReport> reports;
+  runtime_->report_changes_to([&](ChangeReport r) { reports.push_back(std::move(r)); });
+  auto pump = [&](auto done, std::chrono::milliseconds limit) {
+    for (auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+      if (done()) return true;
+      io_.restart();
+      io_.run_for(std::chrono::milliseconds(5));
+    }
+    return done();
+  };
+  ASSERT_TRUE(pump([&] { return static_cast<bool>(engine_->emit); }, std::chrono::seconds(2)));
+  EXPECT_TRUE(reports.empty()) << "the first connection reports nothing";
+
+  // The instance's own container, then its holder: each reports i1 on its host.
+  FakeContainer* instance = engine_->instance("i1");
+  ASSERT_NE(instance, nullptr);
+  engine_->event("die", *instance);
+  ASSERT_TRUE(pump([&] { return reports.size() == 1; }, std::chrono::seconds(2)));
+  EXPECT_EQ(reports[0].host_name, "test-host");
+  EXPECT_EQ(reports[0].instance_ids, std::vector<std::string>{"i1"});
+  engine_->event("die", *engine_->find(instance->spec.join_network_of));
+  ASSERT_TRUE(pump([&] { return reports.size() == 2; }, std::chrono::seconds(2)));
+  EXPECT_EQ(reports[1].instance_ids, std::vector<std::string>{"i1"});
+
+  // A pooled holder dies: it is dropped, removed and replaced; no instance is concerned.
+  const std::string dead = runtime_->pooled_holders().front();
+  engine_->event("die", *engine_->find(dead));
+  ASSERT_TRUE(pump([&] {
+    auto pool = runtime_->pooled_holders();
+    return pool.size() == 2u && std::find(pool.begin(), pool.end(), dead) == pool.end() && !runtime_->pool_refilling();
+  }, std::chrono::seconds(2)));
+  EXPECT_EQ(engine_->find(dead), nullptr) << "the dead holder is removed";
+  EXPECT_EQ(reports.size(), 2u);
+
+  // The engine goes away and comes back: everything may have changed.
+  engine_->end_watch();
+  ASSERT_TRUE(pump([&] { return reports.size() == 3; }, std::chrono::seconds(3)));
+  EXPECT_TRUE(reports[2].instance_ids.empty());
+  EXPECT_EQ(engine_->watches, 2);
+
+  // Stopped: no more watching once the stream ends.
+  runtime_->stop_watching();
+  engine_->end_watch();
+  pump([] { return false; }, std::chrono::milliseconds(1500));
+  EXPECT_EQ(engine_->watches, 2);
 }
 
 }  // namespace

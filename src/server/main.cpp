@@ -236,7 +236,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // From here a container that dies or starts behind the platform's back is reconciled at once.
-  runtime_ptr->report_changes_to(*local_agent_ptr);
+  runtime_ptr->report_changes_to([local_agent_ptr](agent::ChangeReport report) {
+    local_agent_ptr->report_changes(std::move(report));
+  });
 
   server::HttpServer http(io, app, app.config().server);
   auto bound = http.listen(listen);
