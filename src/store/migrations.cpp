@@ -500,6 +500,31 @@ DROP TABLE meters;
 ALTER TABLE meters_by_account RENAME TO meters;
 CREATE INDEX meters_open ON meters(account_id, open_since) WHERE open_since IS NOT NULL;
 )sql"},
+    // Each host's disk pool (issue 23): the capacity its agent measured (NULL until reported:
+    // not checked), what is provisioned in it (data disks, snapshots and system disks by their
+    // sizes, kept by conditional updates in the transaction that makes or destroys each), the
+    // filesystem's real size and use as last reported, and the highest use warning given
+    // (0, 80, 95) so each crossing warns once. The recycle bin's clock starts at a resource's
+    // first deletion (first_deleted_at), whatever restores follow. Snapshots get a quota.
+    {17, R"sql(
+ALTER TABLE hosts ADD COLUMN disk_pool_capacity_bytes INTEGER;
+ALTER TABLE hosts ADD COLUMN disk_pool_provisioned_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE hosts ADD COLUMN disk_pool_size_bytes INTEGER;
+ALTER TABLE hosts ADD COLUMN disk_pool_used_bytes INTEGER;
+ALTER TABLE hosts ADD COLUMN disk_pool_reserve_bytes INTEGER;
+ALTER TABLE hosts ADD COLUMN disk_pool_warned_percent INTEGER NOT NULL DEFAULT 0;
+UPDATE hosts SET disk_pool_provisioned_bytes = 1073741824 * (
+  COALESCE((SELECT SUM(d.size_gib) FROM disks d WHERE d.host_id = hosts.id AND d.state != 'destroyed'), 0) +
+  COALESCE((SELECT SUM(s.size_gib) FROM snapshots s WHERE s.host_id = hosts.id AND s.state != 'destroyed'), 0) +
+  COALESCE((SELECT SUM(i.system_disk_gib) FROM instances i WHERE i.host_id = hosts.id AND i.state != 'released'), 0));
+ALTER TABLE disks ADD COLUMN first_deleted_at INTEGER;
+ALTER TABLE snapshots ADD COLUMN first_deleted_at INTEGER;
+ALTER TABLE images ADD COLUMN first_deleted_at INTEGER;
+UPDATE disks SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
+UPDATE snapshots SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
+UPDATE images SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
+ALTER TABLE user_quotas ADD COLUMN snapshots INTEGER CHECK (snapshots >= 0);
+)sql"},
 };
 
 }  // namespace
