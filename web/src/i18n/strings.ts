@@ -414,7 +414,7 @@ export const strings = {
   'account.no_tokens': ['No API tokens.', '没有 API 令牌。'],
   'account.revoke': ['Revoke', '吊销'],
   'account.revoke_named': ['Revoke token {name}', '吊销令牌 {name}'],
-  'quota.gpus': ['GPUs', 'GPU'],
+  'quota.gpus': ['GPUs', 'GPU 卡数'],
   'quota.instances': ['Instances', '实例'],
   'quota.disk_gib': ['Data disk GiB', '数据盘 GiB'],
   'quota.images': ['Images', '镜像'],
