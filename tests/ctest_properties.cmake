@@ -3,7 +3,8 @@
 # being named right. The name's prefix tokens say what it needs:
 #   DOCKER_ (a Docker Engine and the base image), ROOT_ (root: nftables, netns), GPU_ (or
 #   NVIDIA_GPU_: a real NVIDIA GPU and driver),
-#   POSTGRES_, BROWSER_ -> the lower-case label of the same name;
+#   POSTGRES_, BROWSER_, CHROMIUM_ (Chromium + node + web/node_modules) -> the lower-case label
+#   of the same name;
 #   SLOW_  -> label `slow` and a 300 s limit instead of 120 s;
 #   SERIAL_ -> runs alone (RUN_SERIAL): it restarts dockerd or changes global state.
 # Every test of unit_tests is labelled `unit` (60 s), every one of integration_tests
@@ -19,7 +20,7 @@ foreach(binary unit integration)
       set(timeout 120)
     endif()
     set(serial FALSE)
-    while(name MATCHES "^(DOCKER|ROOT|GPU|NVIDIA_GPU|POSTGRES|BROWSER|SLOW|SERIAL)_(.*)$")
+    while(name MATCHES "^(DOCKER|ROOT|GPU|NVIDIA_GPU|POSTGRES|BROWSER|CHROMIUM|SLOW|SERIAL)_(.*)$")
       set(token "${CMAKE_MATCH_1}")
       if(token STREQUAL "NVIDIA_GPU")
         set(token GPU)

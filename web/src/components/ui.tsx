@@ -148,3 +148,23 @@ export function CopyButton({ text, label }: { text: string; label: string }) {
 export function Empty({ text }: { text: string }) {
   return <p class="muted empty">{text}</p>;
 }
+
+// Server-written sentences the console knows the shape of, in the chosen language; anything
+// else is shown as the server wrote it.
+export function idleWhy(why: string): string {
+  let m: RegExpMatchArray | null;
+  if ((m = why.match(/^the instance is (\w+)$/))) return t('why.instance_is', { state: stateLabel(m[1]) });
+  if ((m = why.match(/^its instance is (\w+)$/))) return t('why.its_instance_is', { state: stateLabel(m[1]) });
+  if ((m = why.match(/^older than (\d+) days$/))) return t('why.older_than', { n: m[1] });
+  if (why === 'not attached to an instance') return t('why.not_attached');
+  if (why === 'no instance uses it') return t('why.unused_image');
+  return why;
+}
+
+export function eventText(e: { type: string; message: string; data?: any }): string {
+  if (e.type.startsWith('instance.') && e.data && typeof e.data.state === 'string' && e.data.name) {
+    const s = t('event.instance_state', { name: e.data.name, state: stateLabel(e.data.state) });
+    return e.data.reason ? `${s} (${e.data.reason})` : s;
+  }
+  return e.message;
+}

@@ -419,6 +419,12 @@ export const strings = {
   'quota.disk_gib': ['Data disk GiB', '数据盘 GiB'],
   'quota.images': ['Images', '镜像'],
   'quota.snapshots': ['Snapshots', '快照'],
+  'why.instance_is': ['the instance is {state}', '实例{state}'],
+  'why.its_instance_is': ['its instance is {state}', '所挂载的实例{state}'],
+  'why.older_than': ['older than {n} days', '已超过 {n} 天'],
+  'why.not_attached': ['not attached to an instance', '未挂载到任何实例'],
+  'why.unused_image': ['no instance uses it', '没有实例在使用'],
+  'event.instance_state': ['instance {name} is {state}', '实例 {name} {state}'],
   // operator
   'hosts.title': ['Hosts', '主机'],
   'hosts.none': ['No hosts.', '没有主机。'],

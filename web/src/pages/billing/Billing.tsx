@@ -10,7 +10,7 @@ import { deleteImage } from '../../api/images';
 import type { IdleItem } from '../../api/types';
 import { formatFen, parseYuan } from '../../lib/money';
 import { formatTime } from '../../lib/time';
-import { Dialog, Empty, errorText, Field, Loading, PageTitle, useLoad } from '../../components/ui';
+import { Dialog, Empty, errorText, Field, idleWhy, Loading, PageTitle, useLoad } from '../../components/ui';
 import { Chart } from '../instances/Chart';
 
 const KINDS = ['compute', 'compute_no_gpu', 'system_disk', 'data_disk', 'snapshot', 'image'] as const;
@@ -96,7 +96,7 @@ function Idle() {
                 <tr aria-label={i.name ?? i.resource}>
                   <td data-label={t('disks.name')}>{i.name ?? i.resource}</td>
                   <td data-label={t('disks.kind')}>{t(`kind.${i.kind}` as any)}{i.size_gib ? ` · ${i.size_gib} GiB` : ''}</td>
-                  <td data-label={t('billing.why')}>{i.why}</td>
+                  <td data-label={t('billing.why')}>{idleWhy(i.why)}</td>
                   <td data-label={t('billing.since')}>{formatTime(i.since)}</td>
                   <td data-label={t('billing.per_day')}>{formatFen(i.cost_per_day)}</td>
                   <td data-label={t('instances.actions')}>

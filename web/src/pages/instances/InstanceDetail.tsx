@@ -9,7 +9,7 @@ import type { Disk, Event, Instance } from '../../api/types';
 import { formatFen } from '../../lib/money';
 import { formatDuration, formatTime } from '../../lib/time';
 import { navigate } from '../../lib/router';
-import { Badge, CopyButton, Loading, PageTitle, useLoad } from '../../components/ui';
+import { Badge, CopyButton, eventText, Loading, PageTitle, useLoad } from '../../components/ui';
 import { Link } from '../../app';
 import { InstanceActions } from './actions/InstanceActions';
 import { InstanceTerminal } from './InstanceTerminal';
@@ -139,7 +139,7 @@ function Overview({ inst, disks, events }: { inst: Instance; disks: Disk[]; even
       <section class="card wide" aria-labelledby="events-h">
         <h2 id="events-h">{t('detail.events')}</h2>
         <ul class="plain events">
-          {events.map((e) => <li><time>{formatTime(e.time)}</time> {e.message}</li>)}
+          {events.map((e) => <li><time>{formatTime(e.time)}</time> {eventText(e)}</li>)}
         </ul>
       </section>
     </div>
