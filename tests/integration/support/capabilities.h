@@ -19,6 +19,9 @@ bool capability_required(std::string_view capability);
 // The capabilities themselves (each probed once per process).
 bool have_root();
 bool have_docker();  // an engine answers on /var/run/docker.sock and gpucloud/base:bookworm-1 exists
+// Chromium (/usr/bin/chromium, or CHROMIUM_PATH), node, and the console's npm packages
+// (web/node_modules/playwright-core): what the console's browser tests run on.
+bool have_chromium();
 
 }  // namespace gpucloud::testing
 
