@@ -39,6 +39,7 @@ function skipStep(what, why) {
 async function shot(page, name, lang) {
   if (!shots) return;
   mkdirSync(shots, { recursive: true });
+  await page.evaluate(() => window.scrollTo(0, 0));
   await page.waitForTimeout(150); // let charts and fonts settle before the picture
   await page.screenshot({ path: `${shots}/${name}-${lang}.png` });
 }
@@ -222,6 +223,7 @@ async function main() {
     const w = await page.evaluate(() => document.documentElement.scrollWidth);
     check(w <= 392, `${path} fits 390 px (scrollWidth ${w})`);
   }
+  await goto(page, '/instances');
   await shot(page, 'instances-phone', 'en');
   await page.setViewportSize({ width: 1280, height: 800 });
 
