@@ -168,3 +168,34 @@ export function eventText(e: { type: string; message: string; data?: any }): str
   }
   return e.message;
 }
+
+// A long list shown a page at a time (50 rows by default), with a name filter: a table of
+// 1,000 instances in one piece takes Chromium 650-1000 ms to lay out (docs/benchmarks.md).
+export function usePaged<T>(items: T[], matches: (item: T, q: string) => boolean, initialSize = 50) {
+  const [page, setPage] = useState(0);
+  const [size, setSize] = useState(initialSize);
+  const [q, setQ] = useState('');
+  const filtered = q ? items.filter((i) => matches(i, q.toLowerCase())) : items;
+  const pages = Math.max(1, Math.ceil(filtered.length / size));
+  const current = Math.min(page, pages - 1);
+  const rows = filtered.slice(current * size, current * size + size);
+  const controls = filtered.length > initialSize || q ? (
+    <div class="row pager">
+      <label class="inline">
+        {t('pager.filter')}
+        <input type="search" value={q} onInput={(e) => (setQ((e.target as HTMLInputElement).value), setPage(0))} />
+      </label>
+      <div class="spacer" />
+      <span class="muted">{t('pager.range', { from: filtered.length ? current * size + 1 : 0, to: current * size + rows.length, total: filtered.length })}</span>
+      <button type="button" class="small" disabled={current === 0} onClick={() => setPage(current - 1)}>{t('pager.prev')}</button>
+      <button type="button" class="small" disabled={current >= pages - 1} onClick={() => setPage(current + 1)}>{t('pager.next')}</button>
+      <label class="inline">
+        {t('pager.size')}
+        <select value={size} onChange={(e) => (setSize(Number((e.target as HTMLSelectElement).value)), setPage(0))}>
+          {[50, 100, 200].map((n) => <option value={n}>{n}</option>)}
+        </select>
+      </label>
+    </div>
+  ) : null;
+  return { rows, controls };
+}

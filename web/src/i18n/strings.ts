@@ -34,6 +34,11 @@ export const strings = {
   'common.remove': ['Remove', '移除'],
   'common.save': ['Save', '保存'],
   'common.saved': ['Saved', '已保存'],
+  'pager.filter': ['Filter by name', '按名称筛选'],
+  'pager.range': ['{from}–{to} of {total}', '第 {from}–{to} 条，共 {total} 条'],
+  'pager.prev': ['Previous page', '上一页'],
+  'pager.next': ['Next page', '下一页'],
+  'pager.size': ['Rows per page', '每页行数'],
   // states
   'state.creating': ['creating', '创建中'],
   'state.starting': ['starting', '启动中'],

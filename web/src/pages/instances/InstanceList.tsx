@@ -9,14 +9,18 @@ import type { Disk, Instance } from '../../api/types';
 import { applyEvent, stateFromEvent } from '../../lib/events';
 import { formatFen } from '../../lib/money';
 import { formatDuration, formatTime } from '../../lib/time';
-import { Badge, CopyButton, Empty, Loading, PageTitle } from '../../components/ui';
+import { Badge, CopyButton, Empty, Loading, PageTitle, usePaged } from '../../components/ui';
 import { InstanceActions } from './actions/InstanceActions';
 import { Link } from '../../app';
 
 export function useLiveInstances(load: () => Promise<Instance[]>) {
   const [list, setList] = useState<Instance[] | null>(null);
   const [error, setError] = useState<string | null>(null);
-  const reload = () => load().then(setList, (e) => setError(String(e?.message ?? e)));
+  const reload = () =>
+    load().then(
+      (l) => (performance.mark('gpucloud:instances-data'), setList(l)),
+      (e) => setError(String(e?.message ?? e)),
+    );
   useEffect(() => {
     reload();
     return subscribe((e) => {
@@ -39,8 +43,13 @@ export function useLiveInstances(load: () => Promise<Instance[]>) {
   return { list, error, reload, setList };
 }
 
-export function InstanceRows({ list, disks, onChanged, showOwner }: { list: Instance[]; disks: Disk[]; onChanged: () => void; showOwner?: boolean }) {
+const matchInstance = (i: Instance, q: string) => i.name.toLowerCase().includes(q) || i.id.includes(q) || i.owner.toLowerCase().includes(q);
+
+export function InstanceRows({ list: all, disks, onChanged, showOwner }: { list: Instance[]; disks: Disk[]; onChanged: () => void; showOwner?: boolean }) {
+  const { rows: list, controls } = usePaged(all, matchInstance);
   return (
+    <>
+    {controls}
     <table class="table instances">
       <thead>
         <tr>
@@ -91,6 +100,7 @@ export function InstanceRows({ list, disks, onChanged, showOwner }: { list: Inst
         ))}
       </tbody>
     </table>
+    </>
   );
 }
 
@@ -101,6 +111,11 @@ export function InstanceList() {
     listDisks().then(setDisks, () => {});
   }, [list?.length]);
   const shown = list?.filter((i) => i.state !== 'released');
+  const rendered = !!shown;
+  useEffect(() => {
+    // For bench/console: the list's data arrived -> its rows are in the document.
+    if (rendered) performance.mark('gpucloud:instances-rendered');
+  }, [rendered]);
   return (
     <section>
       <PageTitle actions={<Link href="/create" class="button primary">{t('nav.create')}</Link>}>{t('instances.title')}</PageTitle>

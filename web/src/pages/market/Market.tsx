@@ -22,6 +22,10 @@ export function Market() {
       }),
     [],
   );
+  useEffect(() => {
+    // For bench/console: navigation start -> market cards on screen with live data.
+    if (offers.data) performance.mark('gpucloud:market-rendered');
+  }, [offers.data]);
   if (!offers.data) return <Loading error={offers.error} />;
   const zones = [...new Set(offers.data.map((o) => o.zone))];
   const shown = offers.data.filter((o) => !zone || o.zone === zone);
