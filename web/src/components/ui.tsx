@@ -158,6 +158,8 @@ export function idleWhy(why: string): string {
   if ((m = why.match(/^older than (\d+) days$/))) return t('why.older_than', { n: m[1] });
   if (why === 'not attached to an instance') return t('why.not_attached');
   if (why === 'no instance uses it') return t('why.unused_image');
+  if (why === 'the instance runs without GPUs') return t('why.runs_without_gpus');
+  if (why === 'simulated GPUs report no utilisation') return t('why.simulated_no_util');
   return why;
 }
 

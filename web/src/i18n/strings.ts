@@ -429,6 +429,8 @@ export const strings = {
   'why.older_than': ['older than {n} days', '已超过 {n} 天'],
   'why.not_attached': ['not attached to an instance', '未挂载到任何实例'],
   'why.unused_image': ['no instance uses it', '没有实例在使用'],
+  'why.runs_without_gpus': ['the instance runs without GPUs', '实例未使用 GPU'],
+  'why.simulated_no_util': ['simulated GPUs report no utilisation', '模拟 GPU 不上报利用率'],
   'event.instance_state': ['instance {name} is {state}', '实例 {name} {state}'],
   // operator
   'hosts.title': ['Hosts', '主机'],

@@ -9,7 +9,7 @@ import type { Disk, Event, Instance } from '../../api/types';
 import { formatFen } from '../../lib/money';
 import { formatDuration, formatTime } from '../../lib/time';
 import { navigate } from '../../lib/router';
-import { Badge, CopyButton, eventText, Loading, PageTitle, useLoad } from '../../components/ui';
+import { Badge, CopyButton, eventText, idleWhy, Loading, PageTitle, useLoad } from '../../components/ui';
 import { Link } from '../../app';
 import { InstanceActions } from './actions/InstanceActions';
 import { InstanceTerminal } from './InstanceTerminal';
@@ -52,7 +52,7 @@ function Charts({ inst }: { inst: Instance }) {
           ))}
         </div>
       </div>
-      {data.data?.monitoring?.reason && <p class="muted">{t('detail.no_gpu_metrics', { reason: data.data.monitoring.reason })}</p>}
+      {(data.data as any)?.gpu_metrics?.reason && <p class="muted">{t('detail.no_gpu_metrics', { reason: idleWhy((data.data as any).gpu_metrics.reason) })}</p>}
       {!data.data ? <Loading error={data.error} /> : (
         <div class="charts">
           {charts.gpuUtil.series.length > 0 && <Chart title={t('detail.gpu_util')} unit="%" {...charts.gpuUtil} />}
