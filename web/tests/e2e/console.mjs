@@ -205,6 +205,19 @@ async function main() {
   check(!!charge, `the instance's charge is in the billing center (${charge?.replace(/\s+/g, ' ')})`);
   await shot(page, 'billing', 'en');
 
+  // --- a security group with the all-open rule needs the worded acknowledgement ---------
+  await goto(page, '/security-groups');
+  await page.getByRole('button', { name: 'New security group' }).click();
+  const editor = page.getByRole('form', { name: 'New security group' });
+  await editor.getByLabel('Name').fill(`wide-${suffix}`);
+  await editor.getByRole('button', { name: 'Add the all-open rule' }).click();
+  const save = editor.getByRole('button', { name: 'Save' });
+  check(await save.isDisabled(), 'the all-open rule cannot be saved without the acknowledgement');
+  await editor.getByLabel('I understand that every port will be reachable by anyone, and I accept the risk.').check();
+  await save.click();
+  await page.getByRole('article', { name: `wide-${suffix}` }).waitFor();
+  check(true, 'saved a group with the all-open rule after acknowledging the risk');
+
   // --- screenshots of the other pages, English -----------------------------------------
   for (const [path, file] of [['/disks', 'disks'], ['/images', 'images'], ['/security-groups', 'security-groups'], ['/account', 'account']]) {
     await goto(page, path);

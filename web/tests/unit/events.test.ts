@@ -52,3 +52,22 @@ describe('problemField', () => {
     expect(problemField('ports: at most 10', fields)).toBe('ports');
   });
 });
+
+import { widelyOpen, cidrShare } from '../../src/api/securityGroups';
+describe('widelyOpen', () => {
+  const r = (port_min: number, port_max: number, source: string, protocol: 'tcp' | 'udp' = 'tcp') => ({ protocol, port_min, port_max, source });
+  it('counts ports open to half the space or more', () => {
+    expect(widelyOpen([r(1, 65535, '0.0.0.0/0')])).toBe(true);
+    expect(widelyOpen([r(1, 10, '0.0.0.0/0')])).toBe(false);
+    expect(widelyOpen([r(1, 11, '0.0.0.0/0')])).toBe(true);
+    expect(widelyOpen([r(1, 100, '0.0.0.0/1'), r(1, 100, '128.0.0.0/1')])).toBe(true);
+    expect(widelyOpen([r(1, 65535, '10.0.0.0/8')])).toBe(false);
+    expect(widelyOpen([r(1, 65535, '::/0')])).toBe(true);
+    expect(widelyOpen([r(22, 22, '0.0.0.0/0'), r(8888, 8888, '0.0.0.0/0')])).toBe(false);
+  });
+  it('reads CIDRs', () => {
+    expect(cidrShare('0.0.0.0/0')).toBe(1);
+    expect(cidrShare('1.2.3.4')).toBe(Math.pow(2, -32));
+    expect(cidrShare('nonsense!')).toBe(0);
+  });
+});

@@ -2,7 +2,8 @@
 // worded acknowledgement (sent as acknowledge_risk: true).
 import { useState } from 'preact/hooks';
 import { t } from '../../i18n';
-import { createGroup, deleteGroup, isAllOpen, listGroups, updateGroup } from '../../api/securityGroups';
+import { createGroup, deleteGroup, isAllOpen, listGroups, updateGroup, widelyOpen } from '../../api/securityGroups';
+import { ApiError } from '../../api/client';
 import type { Rule, SecurityGroup } from '../../api/types';
 import { Empty, errorText, Field, Loading, PageTitle, useLoad } from '../../components/ui';
 
@@ -12,7 +13,9 @@ function RuleEditor({ group, onSaved, onCancel }: { group: SecurityGroup | null;
   const [rules, setRules] = useState<Rule[]>(group?.rules.map((r) => ({ ...r })) ?? [{ protocol: 'tcp', port_min: 22, port_max: 22, source: '0.0.0.0/0' }]);
   const [ack, setAck] = useState(false);
   const [error, setError] = useState<string | null>(null);
-  const risky = rules.some(isAllOpen);
+  // The server's word wins: a refusal that asks for acknowledge_risk shows the box too.
+  const [serverAsks, setServerAsks] = useState(false);
+  const risky = widelyOpen(rules) || serverAsks;
   const update = (i: number, p: Partial<Rule>) => setRules(rules.map((r, j) => (j === i ? { ...r, ...p } : r)));
   const save = async (e: Event) => {
     e.preventDefault();
@@ -22,6 +25,7 @@ function RuleEditor({ group, onSaved, onCancel }: { group: SecurityGroup | null;
       else await createGroup(name, description, rules, risky && ack);
       onSaved();
     } catch (err) {
+      if (err instanceof ApiError && /acknowledge_risk/.test(err.detail) && !(risky && ack)) setServerAsks(true);
       setError(errorText(err));
     }
   };
