@@ -118,10 +118,44 @@ json::object to_json(const GpuInfo& g) {
           {"pci_bus_id", g.pci_bus_id}, {"health", g.health}, {"simulated", g.simulated}};
 }
 
+json::object to_json(const DiskPool& p) {
+  return {{"path", p.path},
+          {"size_bytes", p.size_bytes},
+          {"used_bytes", p.used_bytes},
+          {"reserve_bytes", p.reserve_bytes},
+          {"capacity_bytes", p.capacity_bytes}};
+}
+
+Result<DiskPool> disk_pool_from_json(const json::value& v) {
+  Fields f(v, "disk pool");
+  DiskPool p;
+  p.path = f.str("path");
+  p.size_bytes = f.int64("size_bytes", 0);
+  p.used_bytes = f.int64("used_bytes", 0);
+  p.reserve_bytes = f.int64("reserve_bytes", 0);
+  p.capacity_bytes = f.int64("capacity_bytes", 0);
+  return f.finish(std::move(p));
+}
+
+namespace {
+// "disk_pool": absent or null (not measured), or a pool; a malformed one is the message's error.
+Status read_disk_pool(const json::value& message, std::optional<DiskPool>& into) {
+  const auto* o = message.if_object();
+  const json::value* v = o ? o->if_contains("disk_pool") : nullptr;
+  if (!v || v->is_null()) return ok();
+  auto pool = disk_pool_from_json(*v);
+  if (!pool) return fail(pool.error());
+  into = std::move(*pool);
+  return ok();
+}
+json::value disk_pool_value(const std::optional<DiskPool>& p) { return p ? json::value(to_json(*p)) : json::value(nullptr); }
+}  // namespace
+
 json::object to_json(const HostInventory& h) {
   json::array gpus;
   for (const auto& g : h.gpus) gpus.push_back(to_json(g));
   return {{"name", h.name},
+          {"disk_pool", disk_pool_value(h.disk_pool)},
           {"zone", h.zone},
           {"cpu", h.cpu},
           {"memory_gib", h.memory_gib},
@@ -138,7 +172,10 @@ json::object to_json(const HostInventory& h) {
 json::object to_json(const Heartbeat& b) {
   json::array gpus;
   for (const auto& g : b.gpus) gpus.push_back(to_json(g));
-  return {{"host_name", b.host_name}, {"sequence", b.sequence}, {"gpus", std::move(gpus)}};
+  return {{"host_name", b.host_name},
+          {"sequence", b.sequence},
+          {"gpus", std::move(gpus)},
+          {"disk_pool", disk_pool_value(b.disk_pool)}};
 }
 
 json::object to_json(const ChangeReport& r) {
@@ -286,6 +323,7 @@ Result<HostInventory> host_inventory_from_json(const json::value& v) {
       h.gpus.push_back(std::move(*gpu));
     }
   }
+  if (auto s = read_disk_pool(v, h.disk_pool); !s) return fail(s.error());
   return f.finish(std::move(h));
 }
 
@@ -299,6 +337,7 @@ Result<Heartbeat> heartbeat_from_json(const json::value& v) {
     for (const auto& g : *gpus)
       if (auto gpu = gpu_info_from_json(g)) b.gpus.push_back(std::move(*gpu));
   }
+  if (auto s = read_disk_pool(v, b.disk_pool); !s) return fail(s.error());
   return f.finish(std::move(b));
 }
 

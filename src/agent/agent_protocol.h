@@ -27,6 +27,15 @@ struct GpuInfo {
   bool simulated = false;
 };
 
+// The filesystem holding the host's disks (DATA_DIR/agent), as the agent measured it: its size
+// and real use as df counts them (root-reserved blocks left out), the reserve held back for
+// the store and the agent, and the capacity provisioned sizes may reach:
+// (size - reserve) x [agent] disk_overcommit.
+struct DiskPool {
+  std::string path;
+  std::int64_t size_bytes = 0, used_bytes = 0, reserve_bytes = 0, capacity_bytes = 0;
+};
+
 // One host as its agent sees it: sent at registration and whenever it changes.
 struct HostInventory {
   std::string name;
@@ -39,6 +48,7 @@ struct HostInventory {
   std::string inventory_source; // "nvml" | "simulated" | "none"
   std::string inventory_error;  // why NVML found nothing, shown to the operator
   std::vector<GpuInfo> gpus;
+  std::optional<DiskPool> disk_pool;  // absent: the agent could not measure it (not checked)
   int protocol_version = kProtocolVersion;
 };
 
@@ -46,6 +56,7 @@ struct Heartbeat {
   std::string host_name;
   std::uint64_t sequence = 0;
   std::vector<GpuInfo> gpus;  // current health
+  std::optional<DiskPool> disk_pool;  // measured at each beat
 };
 
 // Monitoring: what the agent's sampler reads every [monitoring] sample_interval.
@@ -104,6 +115,8 @@ struct CommandOutcome {
 };
 
 boost::json::object to_json(const GpuInfo&);
+boost::json::object to_json(const DiskPool&);
+Result<DiskPool> disk_pool_from_json(const boost::json::value&);
 boost::json::object to_json(const HostInventory&);
 boost::json::object to_json(const Heartbeat&);
 boost::json::object to_json(const Command&);

@@ -1,5 +1,7 @@
 #include "agent/local_agent.h"
 
+#include "agent/disk_pool_probe.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -174,6 +176,8 @@ LocalAgent::LocalAgent(asio::any_io_executor loop, const config::Config& config,
                        std::chrono::milliseconds heartbeat_interval)
     : loop_(loop),
       heartbeat_interval_(heartbeat_interval),
+      disk_pool_path_(config.data_dir + "/agent"),
+      disk_overcommit_(config.agent.disk_overcommit),
       heartbeat_timer_(loop),
       sample_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(config.monitoring.sample_interval)),
       inventory_interval_(heartbeat_interval) {
@@ -227,8 +231,18 @@ HostInventory LocalAgent::discover(ServedHost& host) {
   } else {
     for (const auto& d : *devices) inv.gpus.push_back(to_info(d));
   }
+  inv.disk_pool = measure_pool();
   host.last = inv;
   return inv;
+}
+
+std::optional<DiskPool> LocalAgent::measure_pool() const {
+  auto pool = measure_disk_pool(disk_pool_path_, disk_overcommit_);
+  if (!pool) {
+    spdlog::warn(R"({{"event":"disk_pool_unmeasured","error":{}}})", quoted_for_log(pool.error().detail));
+    return std::nullopt;
+  }
+  return *pool;
 }
 
 asio::awaitable<Result<std::vector<HostInventory>>> LocalAgent::register_hosts() {
@@ -428,7 +442,7 @@ void LocalAgent::schedule_heartbeat() {
 }
 
 void LocalAgent::send_heartbeat(const ServedHost& host) {
-  if (heartbeat_sink_) heartbeat_sink_(Heartbeat{host.config.name, ++heartbeat_sequence_, host.last.gpus});
+  if (heartbeat_sink_) heartbeat_sink_(Heartbeat{host.config.name, ++heartbeat_sequence_, host.last.gpus, measure_pool()});
 }
 
 asio::awaitable<Result<std::unique_ptr<TerminalSession>>> LocalAgent::open_terminal(std::string host_name,

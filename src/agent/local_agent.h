@@ -112,6 +112,10 @@ class LocalAgent : public HostAgent {
   std::vector<ServedHost> hosts_;
   std::function<void(Heartbeat)> heartbeat_sink_;
   std::chrono::milliseconds heartbeat_interval_;
+  // The disk pool measured at registration and each beat (agent/disk_pool_probe.h).
+  std::string disk_pool_path_;
+  double disk_overcommit_ = 1.0;
+  std::optional<DiskPool> measure_pool() const;
   boost::asio::steady_timer heartbeat_timer_;
   std::uint64_t heartbeat_sequence_ = 0;
   std::map<std::string, CommandHandler> handlers_;

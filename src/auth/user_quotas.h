@@ -15,7 +15,7 @@
 namespace gpucloud::auth {
 
 struct QuotaOverrides {
-  std::optional<std::int64_t> gpus, instances, disk_gib, images;
+  std::optional<std::int64_t> gpus, instances, disk_gib, images, snapshots;
 };
 
 Result<QuotaOverrides> load_quota_overrides(store::Database& db, const std::string& user_id);
@@ -23,7 +23,7 @@ Status save_quota_overrides(store::Database& db, const std::string& user_id, con
 // The limits that bind the user: their overrides over the config's defaults.
 Result<config::Quotas> effective_quotas(store::Database& db, const config::Quotas& defaults, const std::string& user_id);
 
-// {"gpus","instances","disk_gib","images"} each an integer >= 0 or null; every key optional
+// {"gpus","instances","disk_gib","images","snapshots"} each an integer >= 0 or null; every key optional
 // (absent = null). invalid_argument naming the field otherwise.
 Result<QuotaOverrides> quota_overrides_from_json(const boost::json::value& body);
 boost::json::object quotas_json(const config::Quotas& limits);

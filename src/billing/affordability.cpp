@@ -29,4 +29,27 @@ Status check_affordable(store::Database& db, const std::string& user_id, std::in
   return ok();
 }
 
+std::int64_t storage_per_day(std::int64_t gib, std::int64_t per_gib_hour_micros) {
+  if (gib <= 0 || per_gib_hour_micros <= 0) return 0;
+  const std::int64_t micros = gib * per_gib_hour_micros * 24;
+  return (micros + 999'999) / 1'000'000;
+}
+
+Status check_storage_affordable(store::Database& db, const std::string& user_id, std::int64_t gib,
+                                std::int64_t per_gib_hour_micros, const std::string& what, const std::string& currency) {
+  auto account = account_of_user(db, user_id);
+  if (!account) return fail(account.error());
+  if (account->arrears_since || account->balance < 0)
+    return fail(ErrorCode::insufficient_balance, "the account is in arrears (balance " +
+                                                     format_amount(account->balance, currency) + "): top up before " +
+                                                     what + " can be stored");
+  const std::int64_t day = storage_per_day(gib, per_gib_hour_micros);
+  if (account->balance < day)
+    return fail(ErrorCode::insufficient_balance, "balance " + format_amount(account->balance, currency) +
+                                                     " is below a day of the storage " + what + " adds (" +
+                                                     std::to_string(gib) + " GiB: " + format_amount(day, currency) +
+                                                     " a day)");
+  return ok();
+}
+
 }  // namespace gpucloud::billing

@@ -14,6 +14,16 @@ namespace gpucloud::billing {
 Status check_affordable(store::Database& db, const std::string& user_id, std::int64_t needed, const std::string& what,
                         const std::string& currency);
 
+// A day of `gib` GiB of storage at `per_gib_hour_micros` (the price table's millionths of the
+// smallest unit per GiB-hour), rounded up: a priced GiB never costs 0 a day.
+std::int64_t storage_per_day(std::int64_t gib, std::int64_t per_gib_hour_micros);
+
+// Storage made or grown (a data disk, a snapshot, a custom image): refused in arrears, and when
+// the balance is below a day of the `gib` it adds (402 insufficient_balance). `what` names it
+// ("a 500 GiB disk").
+Status check_storage_affordable(store::Database& db, const std::string& user_id, std::int64_t gib,
+                                std::int64_t per_gib_hour_micros, const std::string& what, const std::string& currency);
+
 // "¥12.34" for CNY, "12.34 USD" otherwise (messages only; the API keeps integers).
 std::string format_amount(std::int64_t smallest_units, const std::string& currency);
 

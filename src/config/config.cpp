@@ -143,10 +143,11 @@ class Parser {
     }
     if (const toml::table* t = get_table(root, "", "storage_prices")) read_storage(*t, c.storage_prices);
     if (const toml::table* t = get_table(root, "", "quotas")) {
-      check_keys(*t, "quotas", {"gpus", "instances", "disk_gib", "images"});
+      check_keys(*t, "quotas", {"gpus", "instances", "disk_gib", "images", "snapshots"});
       get_int(*t, "quotas", "gpus", c.quotas.gpus);
       get_int(*t, "quotas", "instances", c.quotas.instances);
       get_int(*t, "quotas", "disk_gib", c.quotas.disk_gib);
+      get_int(*t, "quotas", "snapshots", c.quotas.snapshots);
       get_int(*t, "quotas", "images", c.quotas.images);
     }
     if (const toml::table* t = get_table(root, "", "billing")) {
@@ -161,9 +162,14 @@ class Parser {
       get_duration(*t, "monitoring", "downsampled_retention", c.monitoring.downsampled_retention);
     }
     if (const toml::table* t = get_table(root, "", "agent")) {
-      check_keys(*t, "agent", {"network_holders", "network_pool_size"});
+      check_keys(*t, "agent", {"network_holders", "network_pool_size", "disk_overcommit"});
       get_bool(*t, "agent", "network_holders", c.agent.network_holders);
       get_int(*t, "agent", "network_pool_size", c.agent.network_pool_size);
+      if (const toml::node* n = t->get("disk_overcommit")) {
+        if (const auto* f = n->as_floating_point()) c.agent.disk_overcommit = f->get();
+        else if (const auto* i = n->as_integer()) c.agent.disk_overcommit = static_cast<double>(i->get());
+        else type_error(*n, "agent.disk_overcommit", "a number");
+      }
     }
     if (const toml::table* t = get_table(root, "", "alerts")) {
       check_keys(*t, "alerts", {"allow_private_webhook_targets"});

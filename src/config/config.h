@@ -77,6 +77,7 @@ struct StoragePrices {  // config decimals per GiB-hour, held as integer million
 
 struct Quotas {
   std::int64_t gpus = 8, instances = 10, disk_gib = 2000, images = 10;
+  std::int64_t snapshots = 50;  // snapshots a user may hold (the recycle bin's count)
 };
 
 struct Billing {  // added section [billing]
@@ -100,6 +101,10 @@ struct AgentSettings {  // added section [agent]
   // engine skips its network setup on the create's path. false: today's path, unchanged.
   bool network_holders = true;
   int network_pool_size = 2;  // holders kept started and unassigned, ready for creates (0-64)
+  // A host's disk pool may hold provisioned sizes (data disks, snapshots, enforced system
+  // disks) up to (its filesystem's size - the reserve) x this (0.1-100; 1.0: never more than
+  // the disk has).
+  double disk_overcommit = 1.0;
 };
 
 struct Policy {

@@ -146,6 +146,8 @@ void check_top_level(const Config& c, Checker& k) {
   k.positive("billing.settle_interval", c.billing.settle_interval);
   if (c.agent.network_pool_size < 0 || c.agent.network_pool_size > 64)
     k.error("agent.network_pool_size", "must be from 0 to 64");
+  if (!(c.agent.disk_overcommit >= 0.1 && c.agent.disk_overcommit <= 100))
+    k.error("agent.disk_overcommit", "must be from 0.1 to 100 (1.0: provision no more than the disk holds)");
   if (c.monitoring.sample_interval < std::chrono::seconds(1) || c.monitoring.sample_interval > std::chrono::seconds(300))
     k.error("monitoring.sample_interval", "must be from 1s to 300s");
   if (c.monitoring.raw_retention < std::chrono::hours(1))
@@ -303,6 +305,7 @@ void check_sections(const Config& c, Checker& k) {
   k.non_negative("quotas.instances", c.quotas.instances);
   k.non_negative("quotas.disk_gib", c.quotas.disk_gib);
   k.non_negative("quotas.images", c.quotas.images);
+  k.non_negative("quotas.snapshots", c.quotas.snapshots);
 
   k.non_negative("policy.recycle_days", c.policy.recycle_days);
   k.positive("policy.release_stopped_after_days", c.policy.release_stopped_after_days);

@@ -5,9 +5,11 @@
 #include <set>
 
 #include "auth/user_quotas.h"
+#include "billing/affordability.h"
 #include "core/ids.h"
 #include "instances/actions.h"
 #include "market/hosts.h"
+#include "market/prices.h"
 
 namespace gpucloud::disks {
 namespace json = boost::json;
@@ -39,6 +41,15 @@ Status check_disk_quota(store::Database& db, const config::Config& config, const
                                                " GiB of data disks (deleted ones in the recycle bin count); you have " +
                                                std::to_string(*used) + " GiB, this needs " + std::to_string(adding) + " more");
   return ok();
+}
+
+// Storage needs money (issue 23): `gib` more GiB of data disk need a day of their price in the
+// balance, and nothing is made or grown in arrears (402).
+Status check_disk_affordable(store::Database& db, const config::Config& config, const std::string& owner,
+                             std::int64_t gib, const std::string& what) {
+  auto prices = market::load_prices(db);
+  if (!prices) return fail(prices.error());
+  return billing::check_storage_affordable(db, owner, gib, prices->data_disk_per_gib_hour_micros, what, config.currency);
 }
 
 Result<Disk> reload_disk(store::Database& db, const std::string& id) {
@@ -170,6 +181,7 @@ Result<Disk> create_disk(store::Database& db, const config::Config& config, cons
     d.host_id = host->id;
   }
   if (auto s = check_disk_quota(db, config, actor.user_id, d.size_gib); !s) return fail(s.error());
+  if (auto s = check_disk_affordable(db, config, actor.user_id, d.size_gib, "disk " + d.name); !s) return fail(s.error());
   Change c{"disk.created", "disk " + d.name + " (" + std::to_string(d.size_gib) + " GiB) is being created",
            json::object{{"name", d.name}, {"size_gib", d.size_gib}}};
   if (auto s = insert_disk(db, d, c, now); !s) return fail(s.error());
@@ -258,6 +270,8 @@ Result<Disk> resize_disk(store::Database& db, const config::Config& config, cons
     return fail(ErrorCode::invalid_argument, "size_gib: disks only grow (it has " + std::to_string(d->size_gib) + " GiB)");
   if (size_gib == d->size_gib) return *d;
   if (auto s = check_disk_quota(db, config, d->owner, size_gib - d->size_gib); !s) return fail(s.error());
+  if (auto s = check_disk_affordable(db, config, d->owner, size_gib - d->size_gib, "growing disk " + d->name); !s)
+    return fail(s.error());
   Disk next = *d;
   next.size_gib = size_gib;
   Change c{"disk.resizing", "disk " + d->name + " grows from " + std::to_string(d->size_gib) + " to " +
@@ -306,8 +320,8 @@ Result<Disk> restore_disk(store::Database& db, const Actor& actor, const std::st
   return reload_disk(db, d->id);
 }
 
-Result<Snapshot> snapshot_disk(store::Database& db, const Actor& actor, const std::string& disk_ref, const std::string& id,
-                               const std::string& name, SysTime now) {
+Result<Snapshot> snapshot_disk(store::Database& db, const config::Config& config, const Actor& actor,
+                               const std::string& disk_ref, const std::string& id, const std::string& name, SysTime now) {
   if (!is_valid_resource_name(name))
     return fail(ErrorCode::invalid_argument, "name: must match [a-z][a-z0-9-]{0,62} and not look like an id");
   auto d = find_owned_disk(db, actor.user_id, disk_ref);
@@ -317,6 +331,24 @@ Result<Snapshot> snapshot_disk(store::Database& db, const Actor& actor, const st
   auto taken = live_snapshot_name_taken(db, d->owner, name);
   if (!taken) return fail(taken.error());
   if (*taken) return fail(ErrorCode::conflict, "you already have a snapshot named " + name);
+  auto limits = auth::effective_quotas(db, config.quotas, d->owner);
+  if (!limits) return fail(limits.error());
+  auto count = snapshot_count(db, d->owner);
+  if (!count) return fail(count.error());
+  if (*count + 1 > limits->snapshots)
+    return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(limits->snapshots) +
+                                               " snapshots (deleted ones in the recycle bin count); you have " +
+                                               std::to_string(*count));
+  {
+    // A snapshot bills by what it holds: a day of the disk's use now (at least a GiB).
+    auto prices = market::load_prices(db);
+    if (!prices) return fail(prices.error());
+    const std::int64_t gib = std::max<std::int64_t>(1, (d->used_bytes + (std::int64_t{1} << 30) - 1) >> 30);
+    if (auto st = billing::check_storage_affordable(db, d->owner, gib, prices->snapshot_per_gib_hour_micros,
+                                                    "snapshot " + name, config.currency);
+        !st)
+      return fail(st.error());
+  }
   Snapshot s;
   s.id = id;
   s.owner = d->owner;
@@ -420,6 +452,9 @@ Result<std::optional<std::string>> check_instance_disks(store::Database& db, con
     }
   }
   if (auto s = check_disk_quota(db, config, actor.user_id, new_gib); !s) return fail(s.error());
+  if (new_gib > 0)
+    if (auto s = check_disk_affordable(db, config, actor.user_id, new_gib, "the instance's new data disks"); !s)
+      return fail(s.error());
   return host;
 }
 

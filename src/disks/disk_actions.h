@@ -45,8 +45,10 @@ Result<Disk> delete_disk(store::Database& db, const config::Config& config, cons
                          SysTime now);
 Result<Disk> restore_disk(store::Database& db, const Actor& actor, const std::string& disk, SysTime now);
 
-Result<Snapshot> snapshot_disk(store::Database& db, const Actor& actor, const std::string& disk, const std::string& id,
-                               const std::string& name, SysTime now);
+// Binds the snapshots quota; needs a day of the snapshot's storage in the balance (402 in
+// arrears), as a create or grow needs a day of the disk's.
+Result<Snapshot> snapshot_disk(store::Database& db, const config::Config& config, const Actor& actor,
+                               const std::string& disk, const std::string& id, const std::string& name, SysTime now);
 Result<Snapshot> delete_snapshot(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& snapshot, SysTime now);
 Result<Snapshot> restore_snapshot(store::Database& db, const Actor& actor, const std::string& snapshot, SysTime now);

@@ -3,6 +3,7 @@
 #include "billing/resource_meters.h"
 
 #include "events/events.h"
+#include "market/disk_pool.h"
 
 namespace gpucloud::disks {
 namespace json = boost::json;
@@ -22,6 +23,12 @@ std::optional<std::int64_t> billed_bytes(const Snapshot& s) {
   return std::nullopt;
 }
 
+// The host's disk pool counts a disk or snapshot by its provisioned size from its insert
+// until it is destroyed (the recycle bin's still hold their bytes).
+std::int64_t pool_bytes(const Disk& d) { return d.state == DiskState::destroyed ? 0 : d.size_gib * market::kGiB; }
+std::int64_t pool_bytes(const Snapshot& s) {
+  return s.state == SnapshotState::destroyed ? 0 : s.size_gib * market::kGiB;
+}
 
 std::optional<std::int64_t> micros(const std::optional<SysTime>& t) {
   return t ? std::optional(to_unix_micros(*t)) : std::nullopt;
@@ -33,7 +40,7 @@ std::optional<SysTime> time_of(const std::optional<std::int64_t>& v) {
 constexpr const char* kDiskColumns =
     "SELECT d.id, d.owner, d.name, d.zone, d.host_id, h.name, d.size_gib, d.applied_size_gib, d.used_bytes, d.state, "
     "d.state_reason, d.instance_id, d.mount_path, d.delete_on_release, d.from_snapshot, d.generation, d.created_at, "
-    "d.deleted_at, d.purge_warned FROM disks d LEFT JOIN hosts h ON h.id = d.host_id ";
+    "d.deleted_at, d.purge_warned, d.first_deleted_at FROM disks d LEFT JOIN hosts h ON h.id = d.host_id ";
 
 Disk disk_from(const store::Row& r) {
   Disk d;
@@ -56,12 +63,13 @@ Disk disk_from(const store::Row& r) {
   d.created_at = from_unix_micros(r.int64(16));
   d.deleted_at = time_of(r.opt_int64(17));
   d.purge_warned = r.int64(18) != 0;
+  d.first_deleted_at = time_of(r.opt_int64(19));
   return d;
 }
 
 constexpr const char* kSnapshotColumns =
     "SELECT s.id, s.owner, s.name, s.disk_id, s.host_id, h.name, s.zone, s.size_gib, s.used_bytes, s.state, "
-    "s.state_reason, s.generation, s.created_at, s.deleted_at, s.purge_warned FROM snapshots s "
+    "s.state_reason, s.generation, s.created_at, s.deleted_at, s.purge_warned, s.first_deleted_at FROM snapshots s "
     "LEFT JOIN hosts h ON h.id = s.host_id ";
 
 // Columns, then the rest of the query: appended, because g++ 12 at -O3 misreads
@@ -90,6 +98,7 @@ Snapshot snapshot_from(const store::Row& r) {
   s.created_at = from_unix_micros(r.int64(12));
   s.deleted_at = time_of(r.opt_int64(13));
   s.purge_warned = r.int64(14) != 0;
+  s.first_deleted_at = time_of(r.opt_int64(15));
   return s;
 }
 
@@ -104,6 +113,15 @@ Result<std::vector<T>> load_all(store::Database& db, const std::string& sql, std
   return out;
 }
 
+// The recycle bin's deadline is fixed at a resource's FIRST deletion: a deletion after a
+// restore takes the first one's time (so delete -> restore -> delete cannot restart the
+// clock), and the first deletion's time is kept through restores.
+void keep_first_deletion(const std::optional<SysTime>& first_before, std::optional<SysTime>& deleted_at,
+                         std::optional<SysTime>& first_deleted_at) {
+  if (deleted_at && first_before) deleted_at = first_before;
+  first_deleted_at = first_before ? first_before : deleted_at;
+}
+
 Status record_change(store::Database& db, const std::string& resource, const std::string& owner, const Change& change,
                      SysTime now) {
   if (change.event.empty()) return ok();
@@ -115,11 +133,12 @@ Status record_change(store::Database& db, const std::string& resource, const std
 Status insert_disk(store::Database& db, const Disk& d, const Change& change, SysTime now) {
   auto s = db.run(
       "INSERT INTO disks (id, owner, name, zone, host_id, size_gib, applied_size_gib, used_bytes, state, state_reason, "
-      "instance_id, mount_path, delete_on_release, from_snapshot, generation, created_at, deleted_at, purge_warned) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "instance_id, mount_path, delete_on_release, from_snapshot, generation, created_at, deleted_at, purge_warned, "
+      "first_deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {d.id, d.owner, d.name, d.zone, d.host_id, d.size_gib, d.applied_size_gib, d.used_bytes,
        std::string(to_string(d.state)), d.state_reason, d.instance_id, d.mount_path, d.delete_on_release,
-       d.from_snapshot, d.generation, to_unix_micros(d.created_at), micros(d.deleted_at), d.purge_warned});
+       d.from_snapshot, d.generation, to_unix_micros(d.created_at), micros(d.deleted_at), d.purge_warned,
+       micros(d.deleted_at)});
   if (!s) {
     // The unique indexes are the last word on names and mount paths, also between writers.
     if (s.error().detail.find("UNIQUE") != std::string::npos)
@@ -127,6 +146,10 @@ Status insert_disk(store::Database& db, const Disk& d, const Change& change, Sys
                                            " already exists");
     return s;
   }
+  if (auto p = market::take_disk_pool(db, d.host_id, pool_bytes(d),
+                                      "disk " + d.name + " (" + std::to_string(d.size_gib) + " GiB)");
+      !p)
+    return p;
   if (auto b = billing::follow_data_disk(db, d.id, d.owner, billed_gib(d), now); !b) return b;
   return record_change(db, d.id, d.owner, change, now);
 }
@@ -209,13 +232,14 @@ Result<std::int64_t> disk_gib_used(store::Database& db, const std::string& owner
 
 Status update_disk(store::Database& db, const Disk& loaded, Disk& next, const Change& change, SysTime now) {
   next.generation = loaded.generation + 1;
+  keep_first_deletion(loaded.first_deleted_at, next.deleted_at, next.first_deleted_at);
   auto s = db.run(
       "UPDATE disks SET name = ?, size_gib = ?, applied_size_gib = ?, used_bytes = ?, state = ?, state_reason = ?, "
-      "instance_id = ?, mount_path = ?, delete_on_release = ?, generation = ?, deleted_at = ?, purge_warned = ? "
-      "WHERE id = ? AND generation = ?",
+      "instance_id = ?, mount_path = ?, delete_on_release = ?, generation = ?, deleted_at = ?, purge_warned = ?, "
+      "first_deleted_at = ? WHERE id = ? AND generation = ?",
       {next.name, next.size_gib, next.applied_size_gib, next.used_bytes, std::string(to_string(next.state)),
        next.state_reason, next.instance_id, next.mount_path, next.delete_on_release, next.generation,
-       micros(next.deleted_at), next.purge_warned, loaded.id, loaded.generation});
+       micros(next.deleted_at), next.purge_warned, micros(next.first_deleted_at), loaded.id, loaded.generation});
   if (!s) {
     if (s.error().detail.find("UNIQUE") != std::string::npos)
       return fail(ErrorCode::conflict, "a disk named " + next.name + " already exists, or " +
@@ -227,6 +251,11 @@ Status update_disk(store::Database& db, const Disk& loaded, Disk& next, const Ch
     std::string state = now_row && *now_row ? std::string(to_string((*now_row)->state)) : "gone";
     return fail(ErrorCode::conflict, "the disk changed meanwhile (it is " + state + "); try again");
   }
+  if (auto p = market::take_disk_pool(db, loaded.host_id, pool_bytes(next) - pool_bytes(loaded),
+                                      "disk " + loaded.name + " (" + std::to_string(loaded.size_gib) + " to " +
+                                          std::to_string(next.size_gib) + " GiB)");
+      !p)
+    return p;
   if (auto b = billing::follow_data_disk(db, loaded.id, loaded.owner, billed_gib(next), now); !b) return b;
   return record_change(db, loaded.id, loaded.owner, change, now);
 }
@@ -259,14 +288,20 @@ json::object disk_json(const Disk& d) {
 Status insert_snapshot(store::Database& db, const Snapshot& s, const Change& change, SysTime now) {
   auto r = db.run(
       "INSERT INTO snapshots (id, owner, name, disk_id, host_id, zone, size_gib, used_bytes, state, state_reason, "
-      "generation, created_at, deleted_at, purge_warned) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "generation, created_at, deleted_at, purge_warned, first_deleted_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {s.id, s.owner, s.name, s.disk_id, s.host_id, s.zone, s.size_gib, s.used_bytes, std::string(to_string(s.state)),
-       s.state_reason, s.generation, to_unix_micros(s.created_at), micros(s.deleted_at), s.purge_warned});
+       s.state_reason, s.generation, to_unix_micros(s.created_at), micros(s.deleted_at), s.purge_warned,
+       micros(s.deleted_at)});
   if (!r) {
     if (r.error().detail.find("UNIQUE") != std::string::npos)
       return fail(ErrorCode::conflict, "you already have a snapshot named " + s.name);
     return r;
   }
+  if (auto p = market::take_disk_pool(db, s.host_id, pool_bytes(s),
+                                      "snapshot " + s.name + " (" + std::to_string(s.size_gib) + " GiB)");
+      !p)
+    return p;
   if (auto b = billing::follow_snapshot(db, s.id, s.owner, billed_bytes(s), now); !b) return b;
   return record_change(db, s.id, s.owner, change, now);
 }
@@ -341,19 +376,31 @@ Result<bool> live_snapshot_name_taken(store::Database& db, const std::string& ow
   return row->has_value();
 }
 
+Result<std::int64_t> snapshot_count(store::Database& db, const std::string& owner) {
+  auto row = db.one("SELECT COUNT(*) FROM snapshots WHERE owner = ? AND state != 'destroyed'", {owner});
+  if (!row) return fail(row.error());
+  return (*row)->int64(0);
+}
+
 Status update_snapshot(store::Database& db, const Snapshot& loaded, Snapshot& next, const Change& change, SysTime now) {
   next.generation = loaded.generation + 1;
+  keep_first_deletion(loaded.first_deleted_at, next.deleted_at, next.first_deleted_at);
   auto s = db.run(
       "UPDATE snapshots SET name = ?, size_gib = ?, used_bytes = ?, state = ?, state_reason = ?, generation = ?, "
-      "deleted_at = ?, purge_warned = ? WHERE id = ? AND generation = ?",
+      "deleted_at = ?, purge_warned = ?, first_deleted_at = ? WHERE id = ? AND generation = ?",
       {next.name, next.size_gib, next.used_bytes, std::string(to_string(next.state)), next.state_reason,
-       next.generation, micros(next.deleted_at), next.purge_warned, loaded.id, loaded.generation});
+       next.generation, micros(next.deleted_at), next.purge_warned, micros(next.first_deleted_at), loaded.id,
+       loaded.generation});
   if (!s) {
     if (s.error().detail.find("UNIQUE") != std::string::npos)
       return fail(ErrorCode::conflict, "you already have a snapshot named " + next.name);
     return s;
   }
   if (db.changes() == 0) return fail(ErrorCode::conflict, "the snapshot changed meanwhile; try again");
+  if (auto p = market::take_disk_pool(db, loaded.host_id, pool_bytes(next) - pool_bytes(loaded),
+                                      "snapshot " + loaded.name);
+      !p)
+    return p;
   if (auto b = billing::follow_snapshot(db, loaded.id, loaded.owner, billed_bytes(next), now); !b) return b;
   return record_change(db, loaded.id, loaded.owner, change, now);
 }

@@ -27,7 +27,8 @@ struct Disk {
   std::optional<std::string> from_snapshot;
   std::int64_t generation = 1;
   SysTime created_at;
-  std::optional<SysTime> deleted_at;
+  std::optional<SysTime> deleted_at;  // the recycle bin's clock: the FIRST deletion's time
+  std::optional<SysTime> first_deleted_at;  // kept through restores; update_* keeps deleted_at to it
   bool purge_warned = false;
 };
 
@@ -39,7 +40,8 @@ struct Snapshot {
   std::string state_reason;
   std::int64_t generation = 1;
   SysTime created_at;
-  std::optional<SysTime> deleted_at;
+  std::optional<SysTime> deleted_at;  // the recycle bin's clock: the FIRST deletion's time
+  std::optional<SysTime> first_deleted_at;  // kept through restores; update_* keeps deleted_at to it
   bool purge_warned = false;
 };
 
@@ -87,6 +89,9 @@ Result<std::vector<Snapshot>> list_snapshots(store::Database& db, const std::opt
 Result<std::vector<Snapshot>> snapshots_of_disk(store::Database& db, const std::string& disk_id);
 Result<std::vector<Snapshot>> snapshots_with_pending_work(store::Database& db);
 Result<std::vector<Snapshot>> deleted_snapshots_before(store::Database& db, SysTime cutoff);
+// Snapshots counting against the owner's snapshots quota: every one not destroyed (the
+// recycle bin's count, as disks' GiB do).
+Result<std::int64_t> snapshot_count(store::Database& db, const std::string& owner);
 Result<bool> live_snapshot_name_taken(store::Database& db, const std::string& owner, const std::string& name);
 Status update_snapshot(store::Database& db, const Snapshot& loaded, Snapshot& next, const Change& change, SysTime now);
 boost::json::object snapshot_json(const Snapshot& snapshot);

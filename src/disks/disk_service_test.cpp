@@ -495,7 +495,7 @@ TEST_F(DisksTest, WithoutARecycleBinDeletionDestroysAtOnce) {
 
 TEST_F(DisksTest, SnapshotsAndDisksMadeFromThem) {
   auto id = made_disk("data", 10);
-  auto snap = write([&](store::Database& db) { return snapshot_disk(db, alice(), id, "snap-aaaaaaaaaaaa", "before", clock_->now()); });
+  auto snap = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, "snap-aaaaaaaaaaaa", "before", clock_->now()); });
   ASSERT_TRUE(snap) << snap.error().detail;
   disks_->kick_snapshot(snap->id);
   ASSERT_TRUE(pump([&] {
@@ -528,7 +528,7 @@ TEST_F(DisksTest, ASnapshotTheHostReportsTornIsLostAndStopsBilling) {
   std::vector<std::string> snaps;
   for (const char* name : {"kept", "torn"}) {
     const std::string snap_id = std::string("snap-") + name + "aaaaaaaa";
-    auto snap = write([&](store::Database& db) { return snapshot_disk(db, alice(), id, snap_id, name, clock_->now()); });
+    auto snap = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, snap_id, name, clock_->now()); });
     ASSERT_TRUE(snap) << snap.error().detail;
     disks_->kick_snapshot(snap->id);
     ASSERT_TRUE(pump([&] {
@@ -592,6 +592,166 @@ TEST_F(DisksTest, AHalfMadeDiskIsFinishedByTheNextPass) {
     done = true;
   }, asio::detached);
   ASSERT_TRUE(pump([&] { return done && disk("d-data").state == DiskState::available; }));
+}
+
+
+// ---- issue 23: the host's disk pool, storage needs money, the snapshot quota, the bin's clock
+
+namespace pool_tests {
+Status set_pool(store::Database& db, const std::string& host_name, std::int64_t capacity_gib) {
+  auto id = market::host_id_by_name(db, host_name);
+  if (!id || !*id) return fail(ErrorCode::internal, "no host " + host_name);
+  agent::DiskPool p{"/srv", capacity_gib * market::kGiB, 0, 0, capacity_gib * market::kGiB};
+  auto r = market::record_disk_pool(db, **id, p);
+  if (!r) return fail(r.error());
+  return ok();
+}
+}  // namespace pool_tests
+
+// Provisioned sizes never pass the pool's capacity: a create, a grow, a snapshot and an
+// instance's new disks that would are refused with no_capacity naming the host and what is
+// short, and change nothing; the recycle bin still holds its bytes; a destroyed disk frees them.
+TEST_F(DisksTest, TheHostsDiskPoolRefusesWhatWouldPassItsCapacity) {
+  config_.policy.recycle_days = 0;
+  ASSERT_TRUE(write([&](store::Database& db) { return pool_tests::set_pool(db, "node-1", 25); }));
+  auto provisioned = [&] {
+    auto p = store_->read_now([&](store::Database& db) -> Result<std::int64_t> {
+      auto id = market::host_id_by_name(db, "node-1");
+      if (!id || !*id) return fail(ErrorCode::internal, "no host");
+      auto pool = market::load_disk_pool(db, **id);
+      if (!pool || !*pool) return fail(ErrorCode::internal, "no pool");
+      return (*pool)->provisioned_bytes;
+    });
+    EXPECT_TRUE(p);
+    return p ? *p / market::kGiB : -1;
+  };
+  auto a = made_disk("a", 10, "node-1");
+  EXPECT_EQ(provisioned(), 10);
+  CreateDiskRequest big{"big", std::nullopt, std::string("node-1"), 20, std::nullopt};
+  auto refused = write([&](store::Database& db) { return create_disk(db, config_, alice(), "d-big", big, clock_->now()); });
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::no_capacity);
+  EXPECT_NE(refused.error().detail.find("node-1"), std::string::npos) << refused.error().detail;
+  EXPECT_NE(refused.error().detail.find("5 GiB short"), std::string::npos) << refused.error().detail;
+  EXPECT_EQ(provisioned(), 10) << "a refusal changes nothing";
+  // Another host's pool is its own.
+  made_disk("elsewhere", 20, "node-2");
+  EXPECT_EQ(provisioned(), 10);
+  auto b = made_disk("b", 15, "node-1");
+  EXPECT_EQ(provisioned(), 25);
+  auto grow = write([&](store::Database& db) { return resize_disk(db, config_, alice(), a, 11, clock_->now()); });
+  ASSERT_FALSE(grow);
+  EXPECT_EQ(grow.error().code, ErrorCode::no_capacity);
+  EXPECT_EQ(disk(a).size_gib, 10);
+  auto snap = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), a, "snap-poolaaaaaaaa", "s", clock_->now()); });
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code, ErrorCode::no_capacity);
+  // Destroyed: its bytes come back, and what was refused now fits.
+  ASSERT_TRUE(write([&](store::Database& db) { return delete_disk(db, config_, alice(), b, clock_->now()); }));
+  disks_->kick_disk(b);
+  ASSERT_TRUE(pump([&] { return disk(b).state == DiskState::destroyed; }));
+  EXPECT_EQ(provisioned(), 10);
+  auto fits = write([&](store::Database& db) { return resize_disk(db, config_, alice(), a, 25, clock_->now()); });
+  ASSERT_TRUE(fits) << fits.error().detail;
+  EXPECT_EQ(provisioned(), 25);
+}
+
+// Creating or growing storage needs a day of its price in the balance and none in arrears.
+TEST_F(DisksTest, StorageNeedsADayOfItsPriceAndIsRefusedInArrears) {
+  std::string carol;
+  ASSERT_TRUE(write([&](store::Database& db) -> Status {
+    auto u = auth::create_user(db, "carol", std::nullopt, "x", "user", system_now());
+    if (!u) return fail(u.error());
+    carol = u->id;
+    return billing::open_account(db, u->id, "carol", 100, system_now());  // ¥1.00
+  }));
+  const Actor c{carol, false};
+  // 10 GiB at 0.02 fen/GiB-hour: 4.8 fen a day, rounded up to 5: affordable.
+  CreateDiskRequest small{"small", std::nullopt, std::string("node-1"), 10, std::nullopt};
+  ASSERT_TRUE(write([&](store::Database& db) { return create_disk(db, config_, c, "d-small", small, clock_->now()); }));
+  // 300 GiB: 144 fen a day > 100.
+  CreateDiskRequest big{"big", std::nullopt, std::string("node-1"), 300, std::nullopt};
+  auto refused = write([&](store::Database& db) { return create_disk(db, config_, c, "d-big", big, clock_->now()); });
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::insufficient_balance);
+  EXPECT_NE(refused.error().detail.find("a day"), std::string::npos) << refused.error().detail;
+  disks_->kick_disk("d-small");
+  ASSERT_TRUE(pump([&] { return disk("d-small").state == DiskState::available; }));
+  auto grow = write([&](store::Database& db) { return resize_disk(db, config_, c, "d-small", 300, clock_->now()); });
+  ASSERT_FALSE(grow);
+  EXPECT_EQ(grow.error().code, ErrorCode::insufficient_balance);
+  // In arrears nothing is stored, however small.
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return db.run("UPDATE billing_accounts SET balance = -1 WHERE id = (SELECT billing_account FROM users WHERE id = ?)",
+                  {carol});
+  }));
+  CreateDiskRequest tiny{"tiny", std::nullopt, std::string("node-1"), 1, std::nullopt};
+  auto arrears = write([&](store::Database& db) { return create_disk(db, config_, c, "d-tiny", tiny, clock_->now()); });
+  ASSERT_FALSE(arrears);
+  EXPECT_EQ(arrears.error().code, ErrorCode::insufficient_balance);
+  EXPECT_NE(arrears.error().detail.find("arrears"), std::string::npos) << arrears.error().detail;
+  auto snap = write([&](store::Database& db) { return snapshot_disk(db, config_, c, "d-small", "snap-carolaaaaaaa", "s", clock_->now()); });
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code, ErrorCode::insufficient_balance);
+}
+
+// Snapshots count against [quotas] snapshots (the recycle bin's included); a per-user
+// override binds instead.
+TEST_F(DisksTest, SnapshotsCountAgainstTheSnapshotsQuota) {
+  config_.quotas.snapshots = 2;
+  auto id = made_disk("data", 10);
+  for (const char* name : {"one", "two"}) {
+    auto s = write([&](store::Database& db) {
+      return snapshot_disk(db, config_, alice(), id, std::string("snap-") + name + "aaaaaaaaa", name, clock_->now());
+    });
+    ASSERT_TRUE(s) << s.error().detail;
+  }
+  auto third = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, "snap-threeaaaaaaa", "three", clock_->now()); });
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error().code, ErrorCode::quota_exceeded);
+  EXPECT_NE(third.error().detail.find("at most 2 snapshots"), std::string::npos) << third.error().detail;
+  ASSERT_TRUE(write([&](store::Database& db) {
+    auth::QuotaOverrides o;
+    o.snapshots = 3;
+    return auth::save_quota_overrides(db, user_, o);
+  }));
+  auto allowed = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, "snap-threeaaaaaaa", "three", clock_->now()); });
+  ASSERT_TRUE(allowed) << allowed.error().detail;
+}
+
+// The recycle bin's deadline is fixed at the first deletion: delete, restore, delete again
+// keeps the first deletion's time, so the bin cannot be kept full for free.
+TEST_F(DisksTest, TheBinsDeadlineIsFixedAtTheFirstDeletion) {
+  auto id = made_disk("data", 10);
+  const SysTime first = clock_->now();
+  ASSERT_TRUE(write([&](store::Database& db) { return delete_disk(db, config_, alice(), id, first); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return restore_disk(db, alice(), id, first + std::chrono::hours(24 * 5)); }));
+  EXPECT_FALSE(disk(id).deleted_at);
+  auto again = write([&](store::Database& db) { return delete_disk(db, config_, alice(), id, first + std::chrono::hours(24 * 6)); });
+  ASSERT_TRUE(again) << again.error().detail;
+  ASSERT_TRUE(disk(id).deleted_at);
+  EXPECT_EQ(to_unix_micros(*disk(id).deleted_at), to_unix_micros(first)) << "the bin's clock restarted";
+  // Snapshots likewise.
+  auto snap = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, "snap-binaaaaaaaaa", "s", first); });
+  // The disk is deleted: restore it first to take a snapshot.
+  if (!snap) {
+    ASSERT_TRUE(write([&](store::Database& db) { return restore_disk(db, alice(), id, first + std::chrono::hours(24 * 6)); }));
+    snap = write([&](store::Database& db) { return snapshot_disk(db, config_, alice(), id, "snap-binaaaaaaaaa", "s", first); });
+  }
+  ASSERT_TRUE(snap) << snap.error().detail;
+  disks_->kick_snapshot(snap->id);
+  auto snapshot = [&] {
+    auto s = store_->read_now([&](store::Database& db) { return load_snapshot(db, snap->id); });
+    EXPECT_TRUE(s && *s);
+    return **s;
+  };
+  ASSERT_TRUE(pump([&] { return snapshot().state == SnapshotState::available; }));
+  const SysTime t1 = first + std::chrono::hours(1);
+  ASSERT_TRUE(write([&](store::Database& db) { return delete_snapshot(db, config_, alice(), snap->id, t1); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return restore_snapshot(db, alice(), snap->id, t1 + std::chrono::hours(48)); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return delete_snapshot(db, config_, alice(), snap->id, t1 + std::chrono::hours(72)); }));
+  ASSERT_TRUE(snapshot().deleted_at);
+  EXPECT_EQ(to_unix_micros(*snapshot().deleted_at), to_unix_micros(t1));
 }
 
 }  // namespace

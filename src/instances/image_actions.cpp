@@ -3,7 +3,9 @@
 #include <boost/json.hpp>
 
 #include "auth/user_quotas.h"
+#include "billing/affordability.h"
 #include "events/events.h"
+#include "market/prices.h"
 #include "instances/system_disk.h"
 
 namespace gpucloud::instances {
@@ -36,6 +38,18 @@ Result<Image> begin_save_image(store::Database& db, const config::Config& config
     return fail(ErrorCode::quota_exceeded, "quota: at most " + std::to_string(limits->images) +
                                                " custom images (deleted ones count until they are purged)");
   if (auto s = check_custom_image_name(db, instance->owner, request.name); !s) return fail(s.error());
+  // Storage needs money (issue 23): refused in arrears and below a day of what the image will
+  // hold, estimated by what the instance wrote over its base (at least a GiB).
+  {
+    auto prices = market::load_prices(db);
+    if (!prices) return fail(prices.error());
+    const std::int64_t written = instance->system_disk_used_bytes.value_or(0);
+    const std::int64_t gib = std::max<std::int64_t>(1, (written + (std::int64_t{1} << 30) - 1) >> 30);
+    if (auto s = billing::check_storage_affordable(db, instance->owner, gib, prices->image_per_gib_hour_micros,
+                                                   "image " + request.name, config.currency);
+        !s)
+      return fail(s.error());
+  }
   auto base = find_image_by_id(db, instance->image_id);
   if (!base) return fail(base.error());
   Image image;

@@ -239,8 +239,11 @@ Result<Image> delete_custom_image(store::Database& db, const std::string& owner,
   if (image->visibility == "public") return fail(ErrorCode::forbidden, "image " + image->name + " is a public image");
   if (image->state == "creating")
     return fail(ErrorCode::conflict, "image " + image->name + " is being saved; delete it once it is available");
-  if (auto s = db.run("UPDATE images SET state = 'deleted', deleted_at = ?, purge_warned = 0 WHERE id = ? AND state = ?",
-                      {to_unix_micros(now), image->id, image->state});
+  // The recycle bin's deadline is fixed at the first deletion: a deletion after a restore keeps
+  // the first one's time (the purge timers key on deleted_at).
+  if (auto s = db.run("UPDATE images SET state = 'deleted', deleted_at = COALESCE(first_deleted_at, ?), "
+                      "first_deleted_at = COALESCE(first_deleted_at, ?), purge_warned = 0 WHERE id = ? AND state = ?",
+                      {to_unix_micros(now), to_unix_micros(now), image->id, image->state});
       !s)
     return fail(s.error());
   if (db.changes() != 1) return fail(ErrorCode::conflict, "image " + image->name + " changed meanwhile; try again");

@@ -1,5 +1,7 @@
 #include "instances/system_disk.h"
 
+#include "market/disk_pool.h"
+
 #include <boost/json.hpp>
 
 #include "events/events.h"
@@ -58,6 +60,27 @@ Status record_system_disk_report(store::Database& db, const std::string& host_na
     }
   }
   return ok();
+}
+
+Status take_system_disk(store::Database& db, const std::string& instance_id, const std::string& instance_name,
+                        const std::string& host_id, std::int64_t gib) {
+  auto enforced = db.one("SELECT system_disk_enforced FROM hosts WHERE id = ?", {host_id});
+  if (!enforced) return fail(enforced.error());
+  if (!*enforced || (*enforced)->opt_int64(0).value_or(0) == 0) return ok();
+  const std::int64_t bytes = gib * kGiBBytes;
+  if (auto s = market::take_disk_pool(db, host_id, bytes,
+                                      "instance " + instance_name + "'s system disk (" + std::to_string(gib) + " GiB)");
+      !s)
+    return s;
+  return db.run("UPDATE instances SET disk_pool_bytes = ? WHERE id = ?", {bytes, instance_id});
+}
+
+Status free_system_disk(store::Database& db, const std::string& instance_id) {
+  auto row = db.one("SELECT host_id, disk_pool_bytes FROM instances WHERE id = ?", {instance_id});
+  if (!row) return fail(row.error());
+  if (!*row || (*row)->int64(1) == 0 || !(*row)->opt_text(0)) return ok();
+  if (auto s = market::take_disk_pool(db, *(*row)->opt_text(0), -(*row)->int64(1), "a released system disk"); !s) return s;
+  return db.run("UPDATE instances SET disk_pool_bytes = 0 WHERE id = ?", {instance_id});
 }
 
 }  // namespace gpucloud::instances

@@ -6,6 +6,7 @@
 #include "billing/resource_meters.h"
 #include "billing/subscriptions.h"
 #include "disks/disk_actions.h"
+#include "instances/system_disk.h"
 #include "market/reservations.h"
 #include "monitoring/series.h"
 
@@ -22,6 +23,9 @@ Status begin_instance(store::Database& db, Instance& i, SysTime now) {
   i.generation = 1;
   i.created_at = now;
   if (auto s = insert_instance(db, i); !s) return s;
+  // An enforced system disk takes its size from the host's disk pool (409 when it lacks it).
+  if (i.host_id)
+    if (auto s = take_system_disk(db, i.id, i.name, *i.host_id, i.system_disk_gib); !s) return s;
   // The system disk bills (beyond the free allowance) from now until the release.
   if (auto s = billing::follow_system_disk(db, i.id, i.owner, i.system_disk_gib, now); !s) return s;
   return record_state_event(db, i, now);
@@ -87,6 +91,7 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
     if (auto r = market::release_reservation(db, loaded.id, now); !r) return fail(r.error());
   if (to == InstanceState::released) {
     if (auto s = free_ports(db, loaded.id); !s) return s;
+    if (auto s = free_system_disk(db, loaded.id); !s) return s;
     // Data disks outlive the instance: detached and kept, or binned when delete_on_release.
     if (auto s = disks::release_instance_disks(db, loaded.id, now); !s) return s;
     // Its monitoring series go with it.

@@ -138,9 +138,15 @@ Result<HostRegistration> register_host(store::Database& db, const agent::HostInv
   }
   auto changes = settle_gpu_losses(db, id, now);
   if (!changes) return fail(changes.error());
+  std::optional<DiskPoolCrossing> crossing;
+  if (inv.disk_pool) {
+    auto crossed = record_disk_pool(db, id, *inv.disk_pool);
+    if (!crossed) return fail(crossed.error());
+    crossing = *crossed;
+  }
   auto host = find_host(db, id);
   if (!host) return fail(host.error());
-  return HostRegistration{std::move(**host), std::move(*changes)};
+  return HostRegistration{std::move(**host), std::move(*changes), crossing};
 }
 
 Result<HostRecord> upsert_host(store::Database& db, const agent::HostInventory& inv, const config::Config& config,
@@ -205,7 +211,9 @@ Status set_host_state(store::Database& db, const std::string& host_name, const s
 namespace {
 constexpr const char* kHostColumns =
     "id, name, zone, state, simulated, inventory_source, inventory_error, engine, cpu, cpu_used, memory_gib, "
-    "memory_gib_used, port_min, port_max, last_seen, system_disk_enforced, system_disk_reason";
+    "memory_gib_used, port_min, port_max, last_seen, system_disk_enforced, system_disk_reason, "
+    "disk_pool_capacity_bytes, disk_pool_provisioned_bytes, disk_pool_size_bytes, disk_pool_used_bytes, "
+    "disk_pool_reserve_bytes, disk_pool_warned_percent";
 
 HostRecord host_from(const store::Row& r) {
   HostRecord h;
@@ -226,6 +234,12 @@ HostRecord host_from(const store::Row& r) {
   if (auto seen = r.opt_int64(14)) h.last_seen = from_unix_micros(*seen);
   if (auto enforced = r.opt_int64(15)) h.system_disk_enforced = *enforced != 0;
   h.system_disk_reason = r.text(16);
+  h.disk_pool.capacity_bytes = r.opt_int64(17);
+  h.disk_pool.provisioned_bytes = r.int64(18);
+  h.disk_pool.size_bytes = r.opt_int64(19);
+  h.disk_pool.used_bytes = r.opt_int64(20);
+  h.disk_pool.reserve_bytes = r.opt_int64(21);
+  h.disk_pool.warned_percent = static_cast<int>(r.int64(22));
   return h;
 }
 
@@ -341,6 +355,7 @@ json::object host_json(const HostRecord& h) {
                                 ? json::value(nullptr)
                                 : json::value(h.system_disk_enforced ? h.system_disk_reason
                                                                      : std::string("not reported by the host yet"));
+  o["disk_pool"] = disk_pool_json(h.disk_pool);
   return o;
 }
 

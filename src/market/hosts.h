@@ -11,6 +11,7 @@
 #include "agent/agent_protocol.h"
 #include "config/config.h"
 #include "core/time_format.h"
+#include "market/disk_pool.h"
 #include "scheduler/placement.h"
 #include "store/database.h"
 
@@ -50,6 +51,7 @@ struct HostRecord {
   // Whether the host's engine enforces system_disk_gib (nullopt: not reported yet), and why not.
   std::optional<bool> system_disk_enforced;
   std::string system_disk_reason;
+  DiskPoolState disk_pool;  // the disk pool as last reported and what is provisioned in it
 };
 
 // A GPU that stopped being usable (missing, or reported unhealthy) or became usable again
@@ -71,6 +73,7 @@ struct GpuChange {
 struct HostRegistration {
   HostRecord host;
   std::vector<GpuChange> changes;
+  std::optional<DiskPoolCrossing> disk_pool_crossing;  // the report's disk use crossed 80 or 95 %
 };
 
 // Records a registration: creates or updates the host and its GPUs, matched by UUID (GPUs

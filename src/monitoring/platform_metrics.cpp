@@ -104,6 +104,16 @@ Result<PlatformTotals> read_platform_totals(store::Database& db) {
   if (!charged) return fail(charged.error());
   for (const auto& r : *charged) t.billing_charged_by_kind[r.text(0)] = r.int64(1);
 
+  auto pools = db.all(
+      "SELECT name, disk_pool_capacity_bytes, disk_pool_provisioned_bytes, disk_pool_size_bytes, disk_pool_used_bytes, "
+      "disk_pool_reserve_bytes FROM hosts ORDER BY name");
+  if (!pools) return fail(pools.error());
+  for (const auto& r : *pools) {
+    constexpr std::string_view kWhat[] = {"capacity", "provisioned", "size", "used", "reserve"};
+    for (int k = 0; k < 5; ++k)
+      if (auto v = r.opt_int64(k + 1)) t.disk_pools.push_back({r.text(0), std::string(kWhat[k]), *v});
+  }
+
   auto live = db.all(
       "SELECT i.id, i.name, u.username FROM instances i JOIN users u ON u.id = i.owner WHERE i.state = 'running'");
   if (!live) return fail(live.error());
@@ -121,6 +131,13 @@ std::string render_platform_metrics(const PlatformTotals& t, const LatestReading
   {
     Family f(out, "gpucloud_hosts", "gauge", "Hosts by state.");
     for (const auto& [state, n] : t.hosts_by_state) f.sample(label("state", state), static_cast<double>(n));
+  }
+  {
+    Family f(out, "gpucloud_host_disk_pool_bytes", "gauge",
+             "Each host's disk pool: capacity (what provisioned sizes may reach), provisioned (data disks, snapshots, "
+             "enforced system disks), and the filesystem's size, real use and reserve.");
+    for (const auto& p : t.disk_pools)
+      f.sample(labels({{"host", p.host}, {"what", p.what}}), static_cast<double>(p.bytes));
   }
   {
     Family f(out, "gpucloud_gpus", "gauge",

@@ -44,6 +44,13 @@ struct PlatformTotals {
   std::map<std::string, std::int64_t> billing_charged_by_kind;  // meter kind → charged so far
   std::map<std::string, InstanceLabels> instances;  // live instances (not released), by id
   std::map<std::string, GpuLabels> gpus_by_uuid;
+  // Per host, its disk pool (market/disk_pool.h): what = capacity | provisioned | size | used
+  // | reserve, in bytes; only what the host reported (provisioned always).
+  struct DiskPoolValue {
+    std::string host, what;
+    std::int64_t bytes = 0;
+  };
+  std::vector<DiskPoolValue> disk_pools;
 };
 
 // One read transaction's worth; `db` is a reader.

@@ -13,6 +13,25 @@
 namespace gpucloud::server {
 namespace asio = boost::asio;
 
+namespace {
+// The operator's warning when a host's disk pool crosses 80 % or 95 % of real use: one event
+// (no user: only the operator sees it) and one log line per crossing.
+Status warn_disk_pool(store::Database& db, const std::string& host_id, const std::string& host_name,
+                      const market::DiskPoolCrossing& c, SysTime now) {
+  const std::int64_t percent_now = c.size_bytes > 0 ? c.used_bytes * 100 / c.size_bytes : 0;
+  spdlog::warn(R"({{"event":"host_disk_pool_high","host":"{}","level_percent":{},"used_bytes":{},"size_bytes":{}}})",
+               host_name, c.percent, c.used_bytes, c.size_bytes);
+  return events::record(db, now, "host.disk_pool_high", host_id, std::nullopt,
+                        "host " + host_name + "'s disk pool is " + std::to_string(percent_now) + " % full (past " +
+                            std::to_string(c.percent) + " %): " + std::to_string(c.used_bytes >> 20) + " MiB of " +
+                            std::to_string(c.size_bytes >> 20) + " MiB used",
+                        boost::json::object{{"name", host_name},
+                                            {"level_percent", c.percent},
+                                            {"used_bytes", c.used_bytes},
+                                            {"size_bytes", c.size_bytes}});
+}
+}  // namespace
+
 HostRegistry::HostRegistry(asio::any_io_executor loop, const config::Config& config, store::Store& store,
                            PlatformClock& clock, std::unique_ptr<agent::HostAgent> agent,
                            std::chrono::milliseconds unreachable_after, std::chrono::milliseconds check_every)
@@ -47,6 +66,8 @@ asio::awaitable<Status> HostRegistry::start() {
       if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
       // GPUs gone or unhealthy since the last registration, or back: recorded with the GPUs.
       if (auto s = instances::record_gpu_changes(db, host->id, host->name, registered->changes, now); !s) return s;
+      if (registered->disk_pool_crossing)
+        if (auto s = warn_disk_pool(db, host->id, host->name, *registered->disk_pool_crossing, now); !s) return s;
     }
     // A host the store knows but no agent registered now (taken out of the config, or its
     // agent gone): unreachable, so nothing is placed on it and the market does not count it.
@@ -81,7 +102,41 @@ asio::awaitable<Status> HostRegistry::start() {
 
 void HostRegistry::on_heartbeat(agent::Heartbeat beat) {
   last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now();
+  follow_disk_pool(beat);
   follow_gpu_health(std::move(beat));
+}
+
+void HostRegistry::follow_disk_pool(const agent::Heartbeat& beat) {
+  // Written when the capacity or the warning level changed, else at most once a minute: the
+  // use moves with every write on the host, and the warnings only need the crossings.
+  if (!beat.disk_pool || !reported_gpus_->contains(beat.host_name)) return;
+  const auto& pool = *beat.disk_pool;
+  const auto now = std::chrono::steady_clock::now();
+  const int level = market::disk_pool_level(pool.used_bytes, pool.size_bytes);
+  auto& last = (*reported_pools_)[beat.host_name];
+  if (last.written && last.capacity_bytes == pool.capacity_bytes && last.level == level &&
+      now - *last.written < std::chrono::minutes(1))
+    return;
+  last = ReportedPool{now, pool.capacity_bytes, level};
+  auto record = [pool, name = beat.host_name, now = clock_.now()](store::Database& db) -> Status {
+    auto id = market::host_id_by_name(db, name);
+    if (!id) return fail(id.error());
+    if (!*id) return ok();
+    auto crossed = market::record_disk_pool(db, **id, pool);
+    if (!crossed) return fail(crossed.error());
+    if (*crossed) return warn_disk_pool(db, **id, name, **crossed, now);
+    return ok();
+  };
+  asio::co_spawn(
+      loop_,
+      [](store::Store& store, decltype(record) write, std::shared_ptr<ReportedPools> reported,
+         std::string name) -> asio::awaitable<void> {
+        if (auto s = co_await store.write(std::move(write)); !s) {
+          spdlog::warn("host {}: disk pool not recorded: {}", name, s.error().detail);
+          reported->erase(name);
+        }
+      }(store_, std::move(record), reported_pools_, beat.host_name),
+      asio::detached);
 }
 
 namespace {

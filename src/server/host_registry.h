@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -33,6 +34,8 @@ class HostRegistry {
   // Records a beat's GPU health when it differs from the host's last report: GPUs lost or
   // back, with their events (instances' owners, the operator), in one transaction.
   void follow_gpu_health(agent::Heartbeat beat);
+  // Records a beat's disk pool (capacity, size, use) and warns at 80 % and 95 % of real use.
+  void follow_disk_pool(const agent::Heartbeat& beat);
   void schedule_check();
   boost::asio::awaitable<void> check_liveness();
 
@@ -49,6 +52,13 @@ class HostRegistry {
   // with the writes in flight.
   using ReportedGpus = std::map<std::string, std::vector<agent::GpuInfo>>;
   std::shared_ptr<ReportedGpus> reported_gpus_ = std::make_shared<ReportedGpus>();
+  struct ReportedPool {
+    std::optional<std::chrono::steady_clock::time_point> written;
+    std::int64_t capacity_bytes = 0;
+    int level = 0;
+  };
+  using ReportedPools = std::map<std::string, ReportedPool>;
+  std::shared_ptr<ReportedPools> reported_pools_ = std::make_shared<ReportedPools>();
   boost::asio::steady_timer check_timer_;
   // False once destroyed: a liveness check resuming after a store write looks here first.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

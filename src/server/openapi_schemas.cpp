@@ -408,17 +408,24 @@ json::object component_schemas() {
   s["QuotaUse"] = answer({{"gpus", integer("GPUs held by instances that run or will")},
                           {"instances", integer("Instances not released")},
                           {"disk_gib", integer("GiB of data disks, the recycle bin's included")},
-                          {"images", integer("Custom images")}});
-  s["QuotaLimits"] = answer({{"gpus", integer()}, {"instances", integer()}, {"disk_gib", integer()}, {"images", integer()}});
+                          {"images", integer("Custom images")},
+                          {"snapshots", integer("Snapshots, the recycle bin's included")}});
+  s["QuotaLimits"] = answer({{"gpus", integer()},
+                             {"instances", integer()},
+                             {"disk_gib", integer()},
+                             {"images", integer()},
+                             {"snapshots", integer()}});
   s["MyQuota"] = answer({{"gpus", integer("The limit that binds")},
                          {"instances", integer()},
                          {"disk_gib", integer()},
                          {"images", integer()},
+                         {"snapshots", integer()},
                          {"used", ref("QuotaUse")}});
   s["UserQuota"] = answer({{"gpus", nullable(integer("The user's own limit; null: the config's default"))},
                            {"instances", nullable(integer())},
                            {"disk_gib", nullable(integer())},
                            {"images", nullable(integer())},
+                           {"snapshots", nullable(integer())},
                            {"user", str()},
                            {"effective", ref("QuotaLimits")},
                            {"defaults", ref("QuotaLimits")},
@@ -481,7 +488,8 @@ json::object component_schemas() {
   s["QuotaUpdate"] = object({{"gpus", nullable(with(integer(), "minimum", 0))},
                              {"instances", nullable(with(integer(), "minimum", 0))},
                              {"disk_gib", nullable(with(integer(), "minimum", 0))},
-                             {"images", nullable(with(integer(), "minimum", 0))}});
+                             {"images", nullable(with(integer(), "minimum", 0))},
+                             {"snapshots", nullable(with(integer(), "minimum", 0))}});
   // Monitoring.
   json::object point = with(array_of(json::object{{"oneOf", json::array{str("RFC 3339 time, the step's start"),
                                                                            json::object{{"type", "number"}}}}},

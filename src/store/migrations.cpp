@@ -504,7 +504,8 @@ CREATE INDEX meters_open ON meters(account_id, open_since) WHERE open_since IS N
     // not checked), what is provisioned in it (data disks, snapshots and system disks by their
     // sizes, kept by conditional updates in the transaction that makes or destroys each), the
     // filesystem's real size and use as last reported, and the highest use warning given
-    // (0, 80, 95) so each crossing warns once. The recycle bin's clock starts at a resource's
+    // (0, 80, 95) so each crossing warns once; an instance's system disk counts (disk_pool_bytes)
+    // when its host's engine enforces its size. The recycle bin's clock starts at a resource's
     // first deletion (first_deleted_at), whatever restores follow. Snapshots get a quota.
     {17, R"sql(
 ALTER TABLE hosts ADD COLUMN disk_pool_capacity_bytes INTEGER;
@@ -513,10 +514,13 @@ ALTER TABLE hosts ADD COLUMN disk_pool_size_bytes INTEGER;
 ALTER TABLE hosts ADD COLUMN disk_pool_used_bytes INTEGER;
 ALTER TABLE hosts ADD COLUMN disk_pool_reserve_bytes INTEGER;
 ALTER TABLE hosts ADD COLUMN disk_pool_warned_percent INTEGER NOT NULL DEFAULT 0;
-UPDATE hosts SET disk_pool_provisioned_bytes = 1073741824 * (
-  COALESCE((SELECT SUM(d.size_gib) FROM disks d WHERE d.host_id = hosts.id AND d.state != 'destroyed'), 0) +
-  COALESCE((SELECT SUM(s.size_gib) FROM snapshots s WHERE s.host_id = hosts.id AND s.state != 'destroyed'), 0) +
-  COALESCE((SELECT SUM(i.system_disk_gib) FROM instances i WHERE i.host_id = hosts.id AND i.state != 'released'), 0));
+ALTER TABLE instances ADD COLUMN disk_pool_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE instances SET disk_pool_bytes = 1073741824 * system_disk_gib WHERE state != 'released' AND host_id IN
+  (SELECT id FROM hosts WHERE system_disk_enforced = 1);
+UPDATE hosts SET disk_pool_provisioned_bytes =
+  1073741824 * COALESCE((SELECT SUM(d.size_gib) FROM disks d WHERE d.host_id = hosts.id AND d.state != 'destroyed'), 0) +
+  1073741824 * COALESCE((SELECT SUM(s.size_gib) FROM snapshots s WHERE s.host_id = hosts.id AND s.state != 'destroyed'), 0) +
+  COALESCE((SELECT SUM(i.disk_pool_bytes) FROM instances i WHERE i.host_id = hosts.id AND i.state != 'released'), 0);
 ALTER TABLE disks ADD COLUMN first_deleted_at INTEGER;
 ALTER TABLE snapshots ADD COLUMN first_deleted_at INTEGER;
 ALTER TABLE images ADD COLUMN first_deleted_at INTEGER;
@@ -524,6 +528,13 @@ UPDATE disks SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
 UPDATE snapshots SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
 UPDATE images SET first_deleted_at = deleted_at WHERE deleted_at IS NOT NULL;
 ALTER TABLE user_quotas ADD COLUMN snapshots INTEGER CHECK (snapshots >= 0);
+)sql"},
+    {18, R"sql(
+-- Money repairs (issue 23): the projected zero a "balance runs out" warning named, so a
+-- changed projection is warned about again; a subscription's anchor (its first running), so
+-- monthly terms keep the anchor's day (31 Jan -> 28 Feb -> 31 Mar).
+ALTER TABLE billing_accounts ADD COLUMN stop_warned_zero INTEGER;
+ALTER TABLE instances ADD COLUMN term_anchor INTEGER;
 )sql"},
 };
 

@@ -195,7 +195,7 @@ asio::awaitable<Result<Response>> snapshot_disk(RequestContext& ctx) {
   std::string id = new_id("snap");
   auto effect = [&app, name = *name, id, actor = ctx.actor(), disk = ctx.param("id"), now = app.clock().now()](
                     store::Database& db) -> Result<Response> {
-    auto s = disks::snapshot_disk(db, actor, disk, id, name, now);
+    auto s = disks::snapshot_disk(db, app.config(), actor, disk, id, name, now);
     if (!s) return tl::unexpected(s.error());
     return json_response(202, disks::snapshot_json(*s));
   };

@@ -13,8 +13,9 @@ namespace json = boost::json;
 
 namespace {
 
-// {gpus, instances, disk_gib, images} in use: GPUs held by live instances, live instances,
-// GiB of disks not destroyed (the recycle bin counts), custom images.
+// {gpus, instances, disk_gib, images, snapshots} in use: GPUs held by live instances, live
+// instances, GiB of disks not destroyed (the recycle bin counts), custom images, snapshots not
+// destroyed (the recycle bin counts).
 Result<json::object> usage_json(store::Database& db, const std::string& user_id) {
   auto inst = instances::instance_usage(db, user_id, std::nullopt);
   if (!inst) return fail(inst.error());
@@ -22,7 +23,13 @@ Result<json::object> usage_json(store::Database& db, const std::string& user_id)
   if (!gib) return fail(gib.error());
   auto images = instances::custom_image_count(db, user_id);
   if (!images) return fail(images.error());
-  return json::object{{"gpus", inst->gpus_held}, {"instances", inst->instances}, {"disk_gib", *gib}, {"images", *images}};
+  auto snapshots = disks::snapshot_count(db, user_id);
+  if (!snapshots) return fail(snapshots.error());
+  return json::object{{"gpus", inst->gpus_held},
+                      {"instances", inst->instances},
+                      {"disk_gib", *gib},
+                      {"images", *images},
+                      {"snapshots", *snapshots}};
 }
 
 asio::awaitable<Result<Response>> my_quota(RequestContext& ctx) {
