@@ -377,7 +377,17 @@ json::object component_schemas() {
                       {"gpus", array_of(ref("HostGpu"))},
                       {"last_seen", nullable(time())},
                       {"system_disk_enforced", boolean("The engine enforces system_disk_gib (a btrfs data root)")},
-                      {"system_disk_reason", nullable(str("Why it is not enforced"))}});
+                      {"system_disk_reason", nullable(str("Why it is not enforced"))},
+                      {"disk_pool", ref("HostDiskPool")}});
+  s["HostDiskPool"] = answer(
+      {{"capacity_bytes", nullable(integer("What provisioned sizes may reach: (size - reserve) x [agent] disk_overcommit; "
+                                           "null until the host reported it"))},
+       {"provisioned_bytes", integer("Data disks, snapshots and enforced system disks by their sizes")},
+       {"free_bytes", nullable(integer("capacity - provisioned"))},
+       {"size_bytes", nullable(integer("The filesystem holding the host's disks, as df counts it"))},
+       {"used_bytes", nullable(integer("Its real use"))},
+       {"reserve_bytes", nullable(integer("Held back for the store and the agent, never provisioned"))},
+       {"used_percent", nullable(json::object{{"type", "number"}})}});
   s["Disk"] = answer({{"id", str("d-...")},
                       {"name", str()},
                       {"owner", str()},
