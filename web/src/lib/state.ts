@@ -22,7 +22,7 @@ export type Action = 'stop' | 'start' | 'start_no_gpu' | 'restart' | 'release' |
 export function allowedActions(state: string, hasGpu: boolean): Action[] {
   switch (state) {
     case 'running':
-      return ['stop', 'restart', 'release'];
+      return ['stop', 'restart', 'save_image', 'release'];
     case 'stopped':
       return hasGpu ? ['start', 'start_no_gpu', 'release', 'save_image'] : ['start', 'release', 'save_image'];
     case 'error':

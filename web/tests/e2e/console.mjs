@@ -22,6 +22,7 @@ const suffix = Math.random().toString(36).slice(2, 7);
 const user1 = { username: `alice${suffix}`, password: 'password-123' };
 const user2 = { username: `bob${suffix}`, password: 'password-456' };
 const skipped = [];
+let lastPage = null;
 const failures = [];
 
 function check(ok, what) {
@@ -67,6 +68,7 @@ async function main() {
   const ctx1 = await browser.newContext({ viewport: { width: 1280, height: 800 }, locale: 'en-GB' });
   await ctx1.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
   const page = await ctx1.newPage();
+  lastPage = page;
   page.on('pageerror', (e) => failures.push(`page error: ${e.message}`));
 
   // --- sign up -------------------------------------------------------------------------
@@ -108,6 +110,13 @@ async function main() {
   const estHour = await page.getByTestId('est-hour').textContent();
   check(/^¥\d/.test(estHour), `the estimate shows a price per hour (${estHour})`);
   await shot(page, 'create', 'en');
+  // A refusal's detail appears beside the field it names.
+  await page.getByLabel('System disk (GiB)').fill('5');
+  await page.getByRole('button', { name: 'Create instance' }).click();
+  const diskField = page.locator('.field', { has: page.getByLabel('System disk (GiB)') });
+  await diskField.getByRole('alert').waitFor();
+  check(/system_disk_gib/.test(await diskField.getByRole('alert').innerText()), 'the API\'s problem detail is shown next to the system disk field');
+  await page.getByLabel('System disk (GiB)').fill('30');
   await page.getByRole('button', { name: 'Create instance' }).click();
   await page.waitForURL(/\/instances\?created=/);
   const id = new URL(page.url()).searchParams.get('created');
@@ -335,20 +344,21 @@ async function main() {
   await browser.close();
 }
 
-// Runs 6*7 in a new notebook of the (classic) Jupyter Notebook behind the proxy.
+// Runs 6*7 in a new notebook of the classic Jupyter Notebook (Debian's 6.4) behind the proxy.
 async function runJupyterCell(jp) {
   await jp.waitForLoadState('networkidle');
-  const newButton = jp.locator('#new-dropdown-button, button:has-text("New")').first();
-  await newButton.click();
+  await jp.locator('#new-dropdown-button').click();
   const [nb] = await Promise.all([
     jp.context().waitForEvent('page'),
-    jp.locator('a:has-text("Python 3"), [role="menuitem"]:has-text("Python 3")').first().click(),
+    jp.locator('#kernel-python3 a, [id^="kernel-python"] a').first().click(),
   ]);
-  await nb.waitForLoadState('networkidle');
-  await nb.locator('.CodeMirror textarea, .jp-Cell textarea').first().focus();
+  await nb.waitForLoadState('domcontentloaded');
+  await nb.locator('.CodeMirror').first().waitFor({ timeout: 30000 });
+  await until('the kernel to be idle', async () => (await nb.locator('#kernel_indicator_icon').getAttribute('class'))?.includes('kernel_idle_icon'), 30000);
+  await nb.locator('.CodeMirror').first().click();
   await nb.keyboard.type('6*7');
   await nb.keyboard.press('Shift+Enter');
-  await until('the cell output 42', async () => (await nb.locator('.output_area, .jp-OutputArea').first().innerText()).includes('42'), 30000);
+  await until('the cell output 42', async () => (await nb.locator('.output_subarea').first().innerText()).trim() === '42', 30000);
   await nb.close();
   return true;
 }
@@ -368,5 +378,6 @@ try {
     process.exit(77);
   }
   log('FAILED:', e.stack ?? e);
+  if (lastPage && shots) await lastPage.screenshot({ path: `${shots}/FAILED.png` }).catch(() => {});
   process.exit(1);
 }

@@ -36,7 +36,7 @@ describe('badges and actions', () => {
     expect(stateTone('something-new')).toBe('busy');
   });
   it('offers the actions each state allows', () => {
-    expect(allowedActions('running', true)).toEqual(['stop', 'restart', 'release']);
+    expect(allowedActions('running', true)).toEqual(['stop', 'restart', 'save_image', 'release']);
     expect(allowedActions('stopped', true)).toContain('start_no_gpu');
     expect(allowedActions('stopped', false)).not.toContain('start_no_gpu');
     expect(allowedActions('releasing', true)).toEqual([]);
