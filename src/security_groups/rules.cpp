@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <iterator>
 #include <set>
 
 #include <boost/json.hpp>
@@ -44,7 +45,63 @@ Result<int> port_field(const json::object& o, std::string_view field, const std:
   return static_cast<int>(*v);
 }
 
+// A canonical CIDR as (address bits, left-aligned in 128 bits; prefix; family width).
+struct Net {
+  unsigned __int128 bits = 0;
+  int prefix = 0;
+  int width = 32;
+};
+
+std::optional<Net> parse_net(const std::string& canonical) {
+  const std::size_t slash = canonical.find('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string address = canonical.substr(0, slash);
+  const auto prefix = parse_prefix(std::string_view(canonical).substr(slash + 1), 128);
+  if (!prefix) return std::nullopt;
+  Net net;
+  net.prefix = *prefix;
+  std::array<unsigned char, 16> bytes{};
+  std::size_t n = 4;
+  if (address.find(':') != std::string::npos) {
+    if (::inet_pton(AF_INET6, address.c_str(), bytes.data()) != 1) return std::nullopt;
+    n = 16;
+    net.width = 128;
+  } else if (::inet_pton(AF_INET, address.c_str(), bytes.data()) != 1) {
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < 16; ++i) net.bits = (net.bits << 8) | (i < n ? bytes[i] : 0);
+  return net;
+}
+
+bool net_contains(const Net& outer, const Net& inner) {
+  if (outer.prefix > inner.prefix) return false;
+  if (outer.prefix == 0) return true;
+  const int shift = 128 - outer.prefix;
+  return (outer.bits >> shift) == (inner.bits >> shift);
+}
+
 }  // namespace
+
+bool covers_half(const std::vector<std::string>& sources) {
+  std::vector<Net> nets;
+  for (const auto& s : sources) {
+    if (auto n = parse_net(s)) nets.push_back(*n);
+  }
+  // Two CIDRs are nested or disjoint: the union's size is the sum of the outermost ones'.
+  std::sort(nets.begin(), nets.end(), [](const Net& a, const Net& b) { return a.prefix < b.prefix; });
+  std::vector<Net> outer;
+  for (const auto& n : nets) {
+    if (std::none_of(outer.begin(), outer.end(), [&](const Net& o) { return net_contains(o, n); })) outer.push_back(n);
+  }
+  // In units of the family's space / 2^width: half is 2^(width-1); a /p holds 2^(width-p).
+  unsigned __int128 sum = 0;
+  for (const auto& o : outer) {
+    if (o.prefix == 0) return true;
+    sum += static_cast<unsigned __int128>(1) << (o.width - o.prefix);
+    if (sum >= static_cast<unsigned __int128>(1) << (o.width - 1)) return true;
+  }
+  return false;
+}
 
 std::string_view to_string(Protocol p) { return p == Protocol::udp ? "udp" : "tcp"; }
 
@@ -133,18 +190,45 @@ Result<std::vector<Rule>> parse_rules(const json::value& value, bool acknowledge
     if (rule.description.size() > kMaxDescription) {
       return fail(ErrorCode::invalid_argument, where + ".description: at most 255 bytes");
     }
-    if (opens_everything(rule) && !acknowledge_risk) {
-      return fail(ErrorCode::invalid_argument,
-                  where + ": opens every port to " + rule.source +
-                      "; name the ports you serve, or send \"acknowledge_risk\": true");
-    }
     const bool seen = std::any_of(rules.begin(), rules.end(), [&](const Rule& r) {
       return r.protocol == rule.protocol && r.port_min == rule.port_min && r.port_max == rule.port_max &&
              r.source == rule.source;
     });
     if (!seen) rules.push_back(std::move(rule));
   }
+  if (!acknowledge_risk) {
+    if (const int wide = ports_open_to_most(rules); wide > kMaxWidelyOpenPorts) {
+      return fail(ErrorCode::invalid_argument,
+                  "rules: together open " + std::to_string(wide) +
+                      " ports to at least half of the IPv4 or IPv6 address space (more than " +
+                      std::to_string(kMaxWidelyOpenPorts) +
+                      "); name the ports you serve, or send \"acknowledge_risk\": true");
+    }
+  }
   return rules;
+}
+
+int ports_open_to_most(const std::vector<Rule>& rules) {
+  int total = 0;
+  for (const Protocol protocol : {Protocol::tcp, Protocol::udp}) {
+    // The ports where the covering rules change: every rule's port_min and port_max + 1.
+    std::set<int> bounds{1, 65536};
+    for (const auto& r : rules) {
+      if (r.protocol != protocol) continue;
+      bounds.insert(r.port_min);
+      bounds.insert(r.port_max + 1);
+    }
+    for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
+      const int first = *it, end = *std::next(it);
+      std::vector<std::string> v4, v6;
+      for (const auto& r : rules) {
+        if (r.protocol != protocol || r.port_min > first || r.port_max < first) continue;
+        (is_ipv6_cidr(r.source) ? v6 : v4).push_back(r.source);
+      }
+      if (covers_half(v4) || covers_half(v6)) total += end - first;
+    }
+  }
+  return total;
 }
 
 json::array rules_json(const std::vector<Rule>& rules) {

@@ -36,10 +36,20 @@ bool is_ipv6_cidr(std::string_view canonical);
 // A rule that opens every port (1-65535) to every address (0.0.0.0/0 or ::/0).
 bool opens_everything(const Rule& rule);
 
+// Whether the union of `sources` (canonical CIDRs of one family) covers at least half of
+// that family's address space (0.0.0.0/1 + 128.0.0.0/1 does; so does ::/1).
+bool covers_half(const std::vector<std::string>& sources);
+// How many (protocol, port) pairs `rules` together open to at least half of the IPv4 or of
+// the IPv6 address space (the union of every rule covering the port, per family).
+int ports_open_to_most(const std::vector<Rule>& rules);
+// More widely open ports than this need acknowledge_risk.
+inline constexpr int kMaxWidelyOpenPorts = 10;
+
 // `rules` as a request gives them ([{protocol, port_min, port_max?, source, description?}],
-// port_max defaulting to port_min), validated and normalised; duplicates collapse. An
-// everything-open rule is refused unless the request acknowledges the risk. Errors name the
-// field ("rules[2].source: ...").
+// port_max defaulting to port_min), validated and normalised; duplicates collapse. Rules
+// that together open more than kMaxWidelyOpenPorts ports to most of the address space
+// (ports_open_to_most; 1-65535 from /0 among them) are refused unless the request
+// acknowledges the risk. Errors name the field ("rules[2].source: ...").
 Result<std::vector<Rule>> parse_rules(const boost::json::value& rules, bool acknowledge_risk);
 
 boost::json::array rules_json(const std::vector<Rule>& rules);

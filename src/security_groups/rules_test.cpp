@@ -73,6 +73,73 @@ TEST(SecurityGroupRules, EverythingOpenOnlyWithTheRiskAcknowledged) {
   EXPECT_FALSE(opens_everything(Rule{Protocol::tcp, 1, 65535, "10.0.0.0/8", ""}));
 }
 
+TEST(SecurityGroupRules, WidelyOpenRuleSetsNeedTheRiskAcknowledged) {
+  auto refused = [](const char* text) {
+    auto r = parse_rules(json::parse(text), false);
+    if (r) return false;
+    EXPECT_NE(r.error().detail.find("acknowledge_risk"), std::string::npos) << r.error().detail;
+    return parse_rules(json::parse(text), true).has_value();  // and accepted with it
+  };
+  // Almost every port from everywhere: not only exactly 1-65535.
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 1, "port_max": 65534, "source": "0.0.0.0/0"}])"));
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "0.0.0.0/0"}])"));
+  // Two halves make the whole.
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "0.0.0.0/1"},
+                          {"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "128.0.0.0/1"}])"));
+  // One half is "most" already; so is a pile of /2s, and IPv6 counts on its own.
+  EXPECT_TRUE(refused(R"([{"protocol": "udp", "port_min": 1000, "port_max": 1010, "source": "128.0.0.0/1"}])"));
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 8000, "port_max": 8100, "source": "0.0.0.0/2"},
+                          {"protocol": "tcp", "port_min": 8000, "port_max": 8100, "source": "64.0.0.0/2"}])"));
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 2000, "port_max": 3000, "source": "::/1"}])"));
+  // Ports add up across rules and protocols: 6 tcp + 6 udp.
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 1, "port_max": 6, "source": "0.0.0.0/0"},
+                          {"protocol": "udp", "port_min": 1, "port_max": 6, "source": "0.0.0.0/0"}])"));
+  // Each rule alone is narrow in ports or sources, together they are wide on 20 ports.
+  EXPECT_TRUE(refused(R"([{"protocol": "tcp", "port_min": 100, "port_max": 119, "source": "0.0.0.0/1"},
+                          {"protocol": "tcp", "port_min": 100, "port_max": 119, "source": "192.0.0.0/2"}])"));
+
+  auto accepted = [](const char* text) {
+    auto r = parse_rules(json::parse(text), false);
+    EXPECT_TRUE(r) << text << " -> " << (r ? "" : r.error().detail);
+    return r.has_value();
+  };
+  // A handful (10) of ports to everyone, any number to narrower sources.
+  EXPECT_TRUE(accepted(R"([{"protocol": "tcp", "port_min": 8000, "port_max": 8009, "source": "0.0.0.0/0"}])"));
+  EXPECT_TRUE(accepted(R"([{"protocol": "tcp", "port_min": 22, "source": "0.0.0.0/0"},
+                           {"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "10.0.0.0/8"},
+                           {"protocol": "udp", "port_min": 1, "port_max": 65535, "source": "0.0.0.0/2"},
+                           {"protocol": "udp", "port_min": 1, "port_max": 65535, "source": "2001:db8::/32"}])"));
+  // Nested sources count once: 0.0.0.0/2 + its own two /3 halves are a quarter, not half.
+  EXPECT_TRUE(accepted(R"([{"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "0.0.0.0/2"},
+                           {"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "0.0.0.0/3"},
+                           {"protocol": "tcp", "port_min": 1, "port_max": 65535, "source": "32.0.0.0/3"}])"));
+  // Two rules on disjoint ports do not combine their sources.
+  EXPECT_TRUE(accepted(R"([{"protocol": "tcp", "port_min": 1, "port_max": 30000, "source": "0.0.0.0/2"},
+                           {"protocol": "tcp", "port_min": 30001, "port_max": 65535, "source": "64.0.0.0/2"}])"));
+}
+
+TEST(SecurityGroupRules, CoversHalfAndCountsWideOpenPorts) {
+  EXPECT_TRUE(covers_half({"0.0.0.0/0"}));
+  EXPECT_TRUE(covers_half({"0.0.0.0/1", "128.0.0.0/1"}));
+  EXPECT_TRUE(covers_half({"128.0.0.0/1"}));
+  EXPECT_TRUE(covers_half({"0.0.0.0/2", "192.0.0.0/2"}));
+  EXPECT_FALSE(covers_half({"0.0.0.0/2", "0.0.0.0/3", "32.0.0.0/3"}));
+  EXPECT_FALSE(covers_half({"0.0.0.0/2", "64.0.0.0/3", "96.0.0.0/4", "112.0.0.0/5"}));
+  EXPECT_TRUE(covers_half({"0.0.0.0/2", "64.0.0.0/3", "96.0.0.0/4", "112.0.0.0/5", "120.0.0.0/5"}));
+  EXPECT_TRUE(covers_half({"::/0"}));
+  EXPECT_TRUE(covers_half({"8000::/1"}));
+  EXPECT_FALSE(covers_half({"::/2", "2001:db8::/32"}));
+  EXPECT_FALSE(covers_half({}));
+  EXPECT_EQ(ports_open_to_most({{Protocol::tcp, 1, 65534, "0.0.0.0/0", ""}}), 65534);
+  EXPECT_EQ(ports_open_to_most({{Protocol::tcp, 10, 19, "0.0.0.0/1", ""},
+                                {Protocol::tcp, 15, 24, "128.0.0.0/1", ""},
+                                {Protocol::udp, 15, 15, "::/0", ""}}),
+            15 + 1);  // each /1 is half on its own: tcp 10-24, and udp 15
+  EXPECT_EQ(ports_open_to_most({{Protocol::tcp, 10, 19, "0.0.0.0/2", ""},
+                                {Protocol::tcp, 15, 24, "128.0.0.0/2", ""}}),
+            5);  // only 15-19 have both quarters
+}
+
 TEST(SecurityGroupRules, SourcesForAPortAreThoseOfTheRulesCoveringIt) {
   const std::vector<Rule> rules{{Protocol::tcp, 22, 22, "0.0.0.0/0", ""},
                                 {Protocol::tcp, 8000, 9000, "10.0.0.0/8", ""},

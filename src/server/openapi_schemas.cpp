@@ -470,12 +470,12 @@ json::object component_schemas() {
       object({{"name", with(str(), "pattern", kNamePattern)},
               {"description", with(str(), "maxLength", 255)},
               {"rules", rules},
-              {"acknowledge_risk", with(boolean("Needed for a rule that opens every port to 0.0.0.0/0 or ::/0"), "default", false)}},
+              {"acknowledge_risk", with(boolean("Needed for rules that together open more than 10 ports to half or more of the IPv4 or IPv6 space"), "default", false)}},
              {"name", "rules"});
   s["SecurityGroupUpdate"] =
       object({{"description", with(str(), "maxLength", 255)},
               {"rules", std::move(rules)},
-              {"acknowledge_risk", with(boolean("Needed for a rule that opens every port to 0.0.0.0/0 or ::/0"), "default", false)}},
+              {"acknowledge_risk", with(boolean("Needed for rules that together open more than 10 ports to half or more of the IPv4 or IPv6 space"), "default", false)}},
              {"rules"});
   s["InstanceStart"] = object({{"no_gpu", with(boolean("Start at the no-GPU size, to reach its data"), "default", false)}});
   s["AdminUserCreate"] = object({{"username", with(str(), "pattern", kUsernamePattern)},

@@ -155,9 +155,20 @@ TEST_F(SecurityGroupApiTest, OpeningEveryPortToEveryoneNeedsTheRiskAcknowledged)
   auto acknowledged = daemon_.post(
       "/api/v1/security-groups", {{"name", "open"}, {"rules", json::array{all}}, {"acknowledge_risk", true}}, token);
   EXPECT_EQ(acknowledged.status, 201) << acknowledged.body;
-  // Most of the ports to everyone is the user's call, not a refusal.
+  // Not only exactly 1-65535 from /0: most of the ports, or every port from two halves that
+  // make the whole, need it too (more than 10 ports to at least half of an address space).
   json::object most{{"protocol", "tcp"}, {"port_min", 1024}, {"port_max", 65535}, {"source", "0.0.0.0/0"}};
-  EXPECT_EQ(put("/api/v1/security-groups/open", {{"rules", json::array{most}}}, token).status, 200);
+  json::object low{{"protocol", "tcp"}, {"port_min", 1}, {"port_max", 65535}, {"source", "0.0.0.0/1"}};
+  json::object high{{"protocol", "tcp"}, {"port_min", 1}, {"port_max", 65535}, {"source", "128.0.0.0/1"}};
+  for (const auto& rules : {json::array{most}, json::array{low, high}}) {
+    auto refused = put("/api/v1/security-groups/open", {{"rules", rules}}, token);
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_NE(refused.body.find("acknowledge_risk"), std::string::npos) << refused.body;
+    EXPECT_EQ(put("/api/v1/security-groups/open", {{"rules", rules}, {"acknowledge_risk", true}}, token).status, 200);
+  }
+  // A handful of ports to everyone is the user's call.
+  json::object few{{"protocol", "tcp"}, {"port_min", 8000}, {"port_max", 8009}, {"source", "0.0.0.0/0"}};
+  EXPECT_EQ(put("/api/v1/security-groups/open", {{"rules", json::array{few}}}, token).status, 200);
 }
 
 TEST_F(SecurityGroupApiTest, AnotherUsersGroupIsNotFoundAndCannotBeNamed) {
