@@ -460,13 +460,14 @@ Result<std::optional<NetworkRecord>> AgentStateStore::load_network() const {
   n.name = read_string(v.as_object(), "name", false).value_or("");
   n.subnet = read_string(v.as_object(), "subnet", false).value_or("");
   n.gateway = read_string(v.as_object(), "gateway", false).value_or("");
+  n.bridge = read_string(v.as_object(), "bridge", false).value_or("");
   if (n.subnet.empty()) return fail(ErrorCode::internal, path + " names no subnet");
   return std::optional<NetworkRecord>(std::move(n));
 }
 
 Status AgentStateStore::save_network(const NetworkRecord& n) {
   if (auto s = prepare(); !s) return s;
-  const json::object o{{"name", n.name}, {"subnet", n.subnet}, {"gateway", n.gateway}};
+  const json::object o{{"name", n.name}, {"subnet", n.subnet}, {"gateway", n.gateway}, {"bridge", n.bridge}};
   observe(dir_ + "/network.json");
   return write_file_atomic(dir_ + "/network.json", json::serialize(o) + "\n", 0600);
 }

@@ -31,6 +31,7 @@ struct NetworkRecord {
   std::string name;
   std::string subnet;   // "10.213.7.0/24"
   std::string gateway;  // "10.213.7.1"
+  std::string bridge;   // its host interface ("br-0123456789ab"), guarded by the firewall; "" until known
 };
 
 struct PortSpec {

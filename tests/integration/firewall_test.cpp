@@ -487,6 +487,81 @@ TEST_P(NftablesFirewallTest, ROOT_RuleChangesApplyToNewConnectionsWithin2s) {
   EXPECT_LT(Clock::now() - start, 2s);
 }
 
+// (c2) Revoking a source cuts what it has open, not only its new connections: a UDP flow
+// (one socket, its conntrack entry established by an answered datagram) and a TCP connection
+// whose handshake completed before the change get nothing more through within 2 s. The
+// control: the same flows keep going across an apply that still allows them.
+TEST_P(NftablesFirewallTest, ROOT_ARevokedSourceLosesItsEstablishedConnectionsWithin2s) {
+  apply({client_ip_ + "/32"});
+  // One UDP socket in the client's namespace: every ping of it is one conntrack entry.
+  const int udp = socket_in(client_ns_, SOCK_DGRAM);
+  ASSERT_GE(udp, 0);
+  server_fds_.push_back(udp);
+  const auto to = ipv4(host_ip_, udp_host_port_);
+  ASSERT_EQ(::connect(udp, reinterpret_cast<const sockaddr*>(&to), sizeof to), 0) << std::strerror(errno);
+  int sent = 0;
+  auto ping = [&](std::chrono::milliseconds timeout) {
+    const std::string msg = "flow-" + std::to_string(++sent);
+    if (::send(udp, msg.data(), msg.size(), 0) != static_cast<ssize_t>(msg.size())) return false;
+    const auto deadline = Clock::now() + timeout;
+    char buf[512];
+    while (Clock::now() < deadline) {
+      if (!wait_fd(udp, POLLIN, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()))) break;
+      const ssize_t n = ::recv(udp, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0 && std::string(buf, static_cast<std::size_t>(n)) == marker_ + ":" + msg) return true;
+    }
+    return false;
+  };
+  // A TCP connection, handshake done, request not sent yet.
+  auto open_tcp = [&] {
+    const int fd = socket_in(client_ns_, SOCK_STREAM);
+    const auto addr = ipv4(host_ip_, tcp_host_port_);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      if (fd >= 0) ::close(fd);
+      return -1;
+    }
+    return fd;
+  };
+  auto answered = [&](int fd, std::chrono::milliseconds timeout) {
+    const std::string request = "GET / HTTP/1.0\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return false;
+    std::string answer;
+    char buf[4096];
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline &&
+           wait_fd(fd, POLLIN, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()))) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      answer.append(buf, static_cast<std::size_t>(n));
+    }
+    return is_http_ok(answer, marker_);
+  };
+  ASSERT_TRUE(ping(kReachTimeout)) << "the flow is established";
+
+  // The control: an apply that still allows the client keeps both flowing.
+  const int kept = open_tcp();
+  ASSERT_GE(kept, 0);
+  apply({client_ip_ + "/32", "192.0.2.0/24"});
+  EXPECT_TRUE(ping(kReachTimeout)) << "an allowed flow survives a replace";
+  EXPECT_TRUE(answered(kept, kReachTimeout)) << "an allowed connection survives a replace";
+  ::close(kept);
+
+  const int cut = open_tcp();
+  ASSERT_GE(cut, 0);
+  const auto revoked = Clock::now();
+  apply({"192.0.2.0/24"});
+  // Within 2 s nothing more gets through on either (each try waits up to 500 ms).
+  bool udp_cut = false;
+  while (!(udp_cut = !ping(500ms)) && Clock::now() - revoked < 2s) {
+  }
+  EXPECT_TRUE(udp_cut) << "the established UDP flow still answers 2 s after the revoke";
+  EXPECT_FALSE(answered(cut, 1500ms)) << "the established TCP connection still answers after the revoke";
+  ::close(cut);
+  // Allowed again: the same UDP socket (its entry still in conntrack) flows again.
+  apply({client_ip_ + "/32"});
+  EXPECT_TRUE(ping(kReachTimeout));
+}
+
 // (d) remove_table leaves nothing of ours behind, and is idempotent.
 TEST_P(NftablesFirewallTest, ROOT_RemoveTableRemovesEverything) {
   apply({"0.0.0.0/0"});
@@ -725,6 +800,94 @@ TEST_P(NftablesFirewallTest, ROOT_LoopbackIsNotReachableFromOtherHosts) {
   EXPECT_FALSE(http_get(client_ns_, "127.1.0.1", tcp_host_port_, kBlockedTimeout));
 }
 
+// Instances reach nothing on the host itself (HostGuard): the backend plays the instance (a
+// container on its bridge, or the plain namespace behind its veth), and a listener of this
+// test on the host's 0.0.0.0 is what it must not reach, through its gateway or any other
+// host address. "Reached" is a completed TCP handshake (the kernel answers it at once; a
+// dropped SYN never completes), so a slow answer can't pass for blocked. The guard names this
+// test's interface only, so no other test's table can produce the drop, and the control (the
+// same connection with the guard off) runs every time.
+TEST_P(NftablesFirewallTest, ROOT_InstancesReachNoHostServiceButTheirEgressWorks) {
+  const bool docker_backend = GetParam() == BackendKind::docker;
+  // The backend's own namespace, by name (a container's is attached under a name of ours).
+  std::string backend_ns = backend_ns_, guarded, gateway;
+  if (docker_backend) {
+    auto net = docker("GET", "/networks/" + network_);
+    ASSERT_EQ(net.status, 200) << net.body;
+    const std::string net_id = json_string_field(net.body, "Id");
+    ASSERT_GE(net_id.size(), 12u) << net.body;
+    guarded = "br-" + net_id.substr(0, 12);
+    gateway = docker_net_ + ".1";
+    auto inspected = docker("GET", "/containers/" + container_id_ + "/json");
+    ASSERT_EQ(inspected.status, 200) << inspected.body;
+    const auto pid = boost::json::parse(inspected.body).at("State").at("Pid").as_int64();
+    backend_ns = "gpucloud-fwi-" + id_;
+    lease_->add("netns", backend_ns);  // `ip netns del` only unmounts the name
+    must("ip netns attach " + backend_ns + " " + std::to_string(pid));
+  } else {
+    guarded = "gfb" + id_ + "h";
+    gateway = net_ + ".5";
+  }
+  struct NsName {
+    std::string name;
+    bool attached;
+    ~NsName() {
+      if (attached) sh("ip netns del " + name);
+    }
+  } attached{backend_ns, docker_backend};
+
+  // A listener of ours on every host address, and one in the client's namespace (a host out
+  // on the internet, as the instance sees it).
+  const int host_port = tcp_host_port_ + 2, remote_port = tcp_host_port_ + 3;
+  auto listen_on = [&](const std::string& ns, const std::string& ip, int port) {
+    const int fd = socket_in(ns, SOCK_STREAM);
+    EXPECT_GE(fd, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const auto addr = ipv4(ip, port);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+    EXPECT_EQ(::listen(fd, 64), 0);
+    server_fds_.push_back(fd);  // closed by TearDown; the backlog completes handshakes by itself
+    return fd;
+  };
+  listen_on("", "0.0.0.0", host_port);
+  listen_on(client_ns_, client_ip_, remote_port);
+  if (HasFailure()) return;
+  auto handshake = [&](const std::string& ip, int port) {
+    bool connected = false;
+    http_get(backend_ns, ip, port, 1500ms, &connected);
+    return connected;
+  };
+
+  // The control: without the guard the backend reaches the host's listener.
+  ASSERT_TRUE(firewall_->apply(ports({"0.0.0.0/0"})));
+  EXPECT_TRUE(handshake(gateway, host_port)) << "the control: no guard, the host's listener answers";
+  EXPECT_TRUE(handshake(host_ip_, host_port));
+
+  gpucloud::agent::firewall::HostGuard guard{{guarded}};
+  auto applied = firewall_->apply(ports({"0.0.0.0/0"}), guard);
+  ASSERT_TRUE(applied) << applied.error().detail;
+  EXPECT_FALSE(handshake(gateway, host_port)) << "the bridge's gateway is the host";
+  EXPECT_FALSE(handshake(host_ip_, host_port)) << "any other address of the host";
+  // Its egress still works (a container's is masqueraded and accepted by the engine's own
+  // FORWARD rules; the plain namespace's only where FORWARD accepts at all).
+  if (docker_backend || !forward_policy_drops()) {
+    EXPECT_TRUE(handshake(client_ip_, remote_port)) << "the instance's egress";
+  }
+  // Its published ports still work, for remote clients and the host, and the host still
+  // reaches it directly (the replies come back through the guard).
+  EXPECT_TRUE(client_reaches());
+  EXPECT_TRUE(host_reaches("127.0.0.1"));
+  EXPECT_TRUE(is_http_ok(http_get("", backend_ip_, kBackendTcpPort, kReachTimeout), marker_));
+  const auto table = firewall_->current();
+  ASSERT_TRUE(table);
+  EXPECT_NE(table->find("iifname \"" + guarded + "\" drop"), std::string::npos) << *table;
+
+  // Without the guard again, the host is open again: the guard was the drop.
+  ASSERT_TRUE(firewall_->apply(ports({"0.0.0.0/0"})));
+  EXPECT_TRUE(handshake(gateway, host_port));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, NftablesFirewallTest,
                          ::testing::Values(BackendKind::plain, BackendKind::docker),
                          [](const auto& info) {
@@ -747,7 +910,7 @@ TEST(NftablesScript, ROOT_RenderedScriptPassesNftCheck) {
   add(30022, "10.88.0.11", 53, "udp", {});
   add(65535, "10.88.0.12", 1, "tcp", {"198.51.100.0/24"});
   const std::string table = "gpucloud-test-" + random_hex(6);
-  auto script = render_ruleset(table, ports);
+  auto script = render_ruleset(table, ports, gpucloud::agent::firewall::HostGuard{{"br-0123456789ab", "gpucloud0"}});
   ASSERT_TRUE(script) << script.error().detail;
   const std::string log = "/tmp/" + table + ".log";
   FILE* nft = ::popen(("nft -c -f - >" + log + " 2>&1").c_str(), "w");

@@ -186,8 +186,8 @@ Status NftablesFirewall::remove_docker_user_rule() {
   return ok();
 }
 
-Status NftablesFirewall::apply(const std::vector<PublishedPort>& ports) {
-  auto script = render_ruleset(table_name_, ports);
+Status NftablesFirewall::apply(const std::vector<PublishedPort>& ports, const HostGuard& guard) {
+  auto script = render_ruleset(table_name_, ports, guard);
   if (!script) return fail(script.error());
   std::lock_guard lock(mutex_);
   HostLock host_lock;

@@ -59,7 +59,8 @@ class NftablesFirewall {
   // see the new rules when this returns; established ones keep going). invalid_argument for
   // bad input (nothing changed); unavailable when nft cannot run or the sysctls cannot be
   // set; internal when nft or iptables refuses (their stderr in the detail).
-  Status apply(const std::vector<PublishedPort>& ports);
+  // `guard`: the instance bridges whose traffic may not reach the host (port_rules.h).
+  Status apply(const std::vector<PublishedPort>& ports, const HostGuard& guard = {});
 
   // Deletes the table and our DOCKER-USER rule (and route_localnet, see above). Succeeds when
   // they are already gone.

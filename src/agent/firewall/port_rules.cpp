@@ -193,14 +193,29 @@ Status validate(const std::vector<PublishedPort>& ports) {
   return ok();
 }
 
+bool is_valid_interface_name(std::string_view name) {
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+  });
+}
+
 Result<std::string> render_ruleset(const std::string& table_name,
-                                   const std::vector<PublishedPort>& ports_in) {
+                                   const std::vector<PublishedPort>& ports_in,
+                                   const HostGuard& guard) {
   if (!is_valid_table_name(table_name)) {
     return fail(ErrorCode::invalid_argument,
                 "nftables table name \"" + table_name +
                     "\" must start with \"gpucloud\" and use only [a-z0-9_-] (63 at most)");
   }
   if (auto valid = validate(ports_in); !valid) return fail(valid.error());
+  for (const auto& name : guard.interfaces) {
+    if (!is_valid_interface_name(name)) {
+      return fail(ErrorCode::invalid_argument,
+                  "guarded interface \"" + name + "\" is not a Linux interface name ([A-Za-z0-9_.-]{1,15})");
+    }
+  }
 
   std::vector<const PublishedPort*> ports;
   for (const auto& p : ports_in) ports.push_back(&p);
@@ -296,16 +311,18 @@ Result<std::string> render_ruleset(const std::string& table_name,
   s += "    iif != \"lo\" ip daddr 127.0.0.0/8 drop\n";
   s += "  }\n";
 
-  // Sources are checked on the first packet of a connection arriving for a published host
-  // port, after conntrack (-200) and before our DNAT (-101), on the port the client asked for.
-  // Connections the host makes itself never pass the prerouting hook (their DNAT is in
-  // `output`). An accept here does not end the packet's way (later base chains, Docker's
-  // FORWARD among them, still run), so allowed connections are also marked for the
-  // DOCKER-USER rule that nftables.cpp keeps; a drop here is final. Established connections
-  // keep going: a rule change applies to new ones.
+  // Sources are checked on every packet a client sends to a published host port (the
+  // original direction of its connection), after conntrack (-200) and before our DNAT (-101),
+  // on the port the client asked for: a rule change cuts connections already established
+  // from a source it no longer allows, at once and in the same transaction (no conntrack
+  // flush to race with). Replies (the reply direction) are never checked. Connections the
+  // host makes itself never pass the prerouting hook (their DNAT is in `output`). An accept
+  // here does not end the packet's way (later base chains, Docker's FORWARD among them, still
+  // run), so allowed connections are also marked for the DOCKER-USER rule that nftables.cpp
+  // keeps; a drop here is final.
   s += "  chain sources {\n";
   s += "    type filter hook prerouting priority -110; policy accept;\n";
-  s += "    ct state != new accept\n";
+  s += "    ct direction reply accept\n";
   s += "    meta l4proto . th dport != @published_ports accept\n";
   // Only connections to the host's own addresses: a container's outbound connection to some
   // remote host's port 30022 is not ours to check.
@@ -336,6 +353,20 @@ Result<std::string> render_ruleset(const std::string& table_name,
   s += "    type nat hook postrouting priority 99; policy accept;\n";
   s += "    ip saddr 127.0.0.0/8 ip daddr @container_ips ct status dnat masquerade\n";
   s += "  }\n";
+  // Instances reach nothing on the host itself (HostGuard): the input hook sees only what is
+  // delivered locally, after the prerouting DNAT, so published ports (forwarded) pass. The
+  // priority is below iptables' filter INPUT (0), so no accept there can let it through
+  // first; a drop here is final whatever later chains say.
+  if (!guard.interfaces.empty()) {
+    std::set<std::string> names(guard.interfaces.begin(), guard.interfaces.end());
+    s += "  chain host_guard {\n";
+    s += "    type filter hook input priority -10; policy accept;\n";
+    for (const auto& name : names) {
+      s += "    iifname \"" + name + "\" ct state established,related accept\n";
+      s += "    iifname \"" + name + "\" drop\n";
+    }
+    s += "  }\n";
+  }
   s += "}\n";
   return s;
 }

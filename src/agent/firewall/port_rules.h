@@ -12,8 +12,9 @@
 //   the container's bridge, never passing the prerouting hook, where the sources are checked.
 // - Containers on this host reaching a published port through a host address are remote
 //   sources like any other (checked against `allowed` by their own address).
-// - A rule change applies to NEW connections at once (nft -f is synchronous); connections
-//   already established stay up, like the security groups of the big clouds.
+// - A rule change applies at once (nft -f is synchronous), to connections already
+//   established too: every packet a client sends is checked against the sources, so a source
+//   no longer allowed gets nothing through once apply() returns (replies are not checked).
 //
 // Pure: no I/O here; nftables.h applies the script.
 #include <cstdint>
@@ -59,6 +60,19 @@ bool is_valid_table_name(std::string_view name);
 // Checks every field; invalid_argument naming the first offending port and field.
 Status validate(const std::vector<PublishedPort>& ports);
 
+// The host's own services, closed to instances: nothing arriving on one of `interfaces` (the
+// instance bridges, Linux names of 1-15 characters [A-Za-z0-9_.-]) is delivered to the host
+// itself (to any of its addresses, the bridge's gateway among them: the input hook), except
+// replies to connections the host made (ct state established,related). Instances need
+// nothing else from the host: the engine's DNS for user-defined networks answers inside the
+// container's own namespace (127.0.0.11), and a published port reached through a host address
+// is DNATed to its instance before routing (forwarded, never delivered). Traffic forwarded
+// through the host (an instance's egress, other instances' published ports) is not touched.
+struct HostGuard {
+  std::vector<std::string> interfaces;  // empty: no guard chain
+};
+bool is_valid_interface_name(std::string_view name);
+
 // The complete script for `nft -f -`: declare the table, delete it and define it again, all
 // in the one transaction nft makes of a file (packets meet the old table or the new one,
 // never neither). The per-port data is in named sets and maps: `published` (protocol . host
@@ -66,10 +80,13 @@ Status validate(const std::vector<PublishedPort>& ports);
 // and the sources, `allow_any` (ports open to 0.0.0.0/0) and one `allow_N` per prefix length
 // N in use (protocol . host port . source network). The chains have a fixed number of rules
 // (sources at most 37, the others one each): localnet_guard, sources (the filter, in
-// prerouting before the DNAT), prerouting, output, postrouting. Ports and sources are
+// prerouting before the DNAT), prerouting, output, postrouting, and host_guard (input; two
+// rules per guarded interface). Ports and sources are
 // sorted, so the same set gives byte-identical text whatever the input order. Never touches
 // any other table.
+// With a non-empty `guard`, a `host_guard` input chain too (see HostGuard).
 Result<std::string> render_ruleset(const std::string& table_name,
-                                   const std::vector<PublishedPort>& ports);
+                                   const std::vector<PublishedPort>& ports,
+                                   const HostGuard& guard = {});
 
 }  // namespace gpucloud::agent::firewall

@@ -10,6 +10,8 @@ namespace {
 
 using gpucloud::ErrorCode;
 using gpucloud::agent::firewall::canonical_cidr;
+using gpucloud::agent::firewall::HostGuard;
+using gpucloud::agent::firewall::is_valid_interface_name;
 using gpucloud::agent::firewall::is_ipv4_address;
 using gpucloud::agent::firewall::is_valid_table_name;
 using gpucloud::agent::firewall::PublishedPort;
@@ -100,8 +102,9 @@ TEST(FirewallPortRules, RendersTableReplacementSetsAndChains) {
   EXPECT_EQ(elements_of(s, "set published_ports"), Lines{"tcp . 30022"});
   EXPECT_EQ(elements_of(s, "set allow_any"), Lines{"tcp . 30022"});
   EXPECT_EQ(s.find("set allow_3"), std::string::npos) << s;
-  // Established connections first, other ports and addresses not ours, the allowed, then drop.
-  EXPECT_EQ(rules_of(s, "sources"), (Lines{"ct state != new accept",
+  // Replies first (every packet a client sends is checked), other ports and addresses not
+  // ours, the allowed, then drop.
+  EXPECT_EQ(rules_of(s, "sources"), (Lines{"ct direction reply accept",
                                            "meta l4proto . th dport != @published_ports accept",
                                            "fib daddr type != local accept",
                                            "meta l4proto . th dport @allow_any" + kAllowed, "drop"}))
@@ -126,7 +129,7 @@ TEST(FirewallPortRules, SourcesAreReducedIntoOneSetPerPrefixLength) {
   EXPECT_NE(s.find("    type inet_proto . inet_service . ipv4_addr\n"), std::string::npos);
   // One rule per prefix length in use, longest first, each masking the source to its length.
   EXPECT_EQ(rules_of(s, "sources"),
-            (Lines{"ct state != new accept", "meta l4proto . th dport != @published_ports accept",
+            (Lines{"ct direction reply accept", "meta l4proto . th dport != @published_ports accept",
                    "fib daddr type != local accept",
                    "meta l4proto . th dport . ip saddr @allow_32" + kAllowed,
                    "meta l4proto . th dport . ip saddr & 255.255.255.0 @allow_24" + kAllowed,
@@ -202,6 +205,33 @@ TEST(FirewallPortRules, NoPortsStillDefinesTheChains) {
   EXPECT_EQ(elements_of(*script, "set published_ports"), Lines{"{}"});
   EXPECT_EQ(elements_of(*script, "set container_ips"), Lines{"{}"});
   EXPECT_EQ(script->find("elements"), std::string::npos) << *script;  // nft refuses "{ }"
+}
+
+TEST(FirewallPortRules, TheHostGuardDropsWhatArrivesOnTheBridgesForTheHost) {
+  // No guard asked for: no chain (the firewall tests' own tables, hosts without instances).
+  auto plain = render_ruleset("gpucloud", {});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->find("host_guard"), std::string::npos) << *plain;
+
+  auto script = render_ruleset("gpucloud", {port("i-1", 30022, "10.88.0.10", 22, {"0.0.0.0/0"})},
+                               HostGuard{{"br-0123456789ab", "gpucloud0", "br-0123456789ab"}});
+  ASSERT_TRUE(script) << script.error().detail;
+  const std::string& s = *script;
+  // The input hook (only what is delivered to the host itself), before iptables' INPUT.
+  EXPECT_NE(s.find("type filter hook input priority -10; policy accept;"), std::string::npos) << s;
+  EXPECT_EQ(rules_of(s, "host_guard"), (Lines{"iifname \"br-0123456789ab\" ct state established,related accept",
+                                              "iifname \"br-0123456789ab\" drop",
+                                              "iifname \"gpucloud0\" ct state established,related accept",
+                                              "iifname \"gpucloud0\" drop"}))
+      << s;
+
+  for (const char* bad : {"", "a-name-far-too-long", "br 0", "br\"0", "eth0;drop", "..", "br/0"}) {
+    auto refused = render_ruleset("gpucloud", {}, HostGuard{{bad}});
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
+  }
+  EXPECT_TRUE(is_valid_interface_name("br-0123456789ab"));
+  EXPECT_TRUE(is_valid_interface_name("veth.1_x"));
 }
 
 TEST(FirewallPortRules, RefusesBadInput) {
