@@ -24,9 +24,22 @@ function lazy<P>(load: () => Promise<{ default: ComponentType<P> }>): ComponentT
   let loaded: ComponentType<P> | null = null;
   return (props: P) => {
     const [C, setC] = useState<ComponentType<P> | null>(() => loaded);
+    const [failed, setFailed] = useState(false);
     useEffect(() => {
-      if (!C) load().then((m) => ((loaded = m.default), setC(() => m.default)));
+      if (!C)
+        load().then(
+          (m) => ((loaded = m.default), setC(() => m.default)),
+          // A console updated since this page loaded no longer has the old chunk: reload.
+          () => setFailed(true),
+        );
     }, []);
+    if (failed)
+      return (
+        <div role="alert">
+          <p>{t('common.load_failed')}</p>
+          <button type="button" class="primary" onClick={() => location.reload()}>{t('common.reload')}</button>
+        </div>
+      );
     return C ? <C {...(props as any)} /> : <Loading />;
   };
 }

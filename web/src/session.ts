@@ -7,6 +7,8 @@ import { closeStream } from './api/events';
 
 export const user = signal<User | null>(null);
 export const sessionChecked = signal(false);
+// A message for the sign-in page (e.g. after a password change ended the session).
+export const notice = signal<string | null>(null);
 
 export function adopt(s: Session) {
   csrfToken.value = s.csrf_token;

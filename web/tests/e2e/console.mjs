@@ -341,6 +341,20 @@ async function main() {
   await op.goto(base + '/signup');
   await shot(op, 'signup', 'zh');
   await ctx3.close();
+
+  // --- a password change ends the session; the new password signs in -------------------
+  await goto(page, '/account');
+  await page.getByLabel('Current password').fill(user1.password);
+  await page.getByLabel('New password').fill('password-789');
+  await page.getByLabel('Sign out everywhere and revoke API tokens').check();
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.getByRole('heading', { name: 'Sign in to gpucloud' }).waitFor();
+  check(/Every session has ended/.test(await page.getByRole('status').innerText()), 'a password change signs the browser out and says why');
+  await page.getByLabel('Username').fill(user1.username);
+  await page.getByLabel('Password').fill('password-789');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'GPU market' }).waitFor();
+  check(true, 'signed in with the new password');
   await browser.close();
 }
 

@@ -7,7 +7,7 @@ import { createToken, listTokens, revokeToken } from '../../api/tokens';
 import type { Token } from '../../api/types';
 import { CopyButton, Empty, errorText, Field, Loading, PageTitle, useLoad } from '../../components/ui';
 import { formatTime } from '../../lib/time';
-import { user, dropSession } from '../../session';
+import { user, dropSession, notice } from '../../session';
 import { navigate } from '../../lib/router';
 
 function Password() {
@@ -24,12 +24,10 @@ function Password() {
       await changePassword(oldPw, newPw, revoke);
       setOld('');
       setNew('');
-      if (revoke) {
-        dropSession();
-        navigate('/signin');
-        return;
-      }
-      setMsg(t('account.password_changed'));
+      // A password change from the browser ends every session, this one too.
+      notice.value = revoke ? t('account.password_changed_revoked') : t('account.password_changed');
+      dropSession();
+      navigate('/signin');
     } catch (err) {
       setError(errorText(err));
     }

@@ -4,7 +4,7 @@ import { useState } from 'preact/hooks';
 import { lang, setLang, t } from '../../i18n';
 import { ApiError } from '../../api/client';
 import { register, signIn } from '../../api/session';
-import { adopt } from '../../session';
+import { adopt, notice } from '../../session';
 import { navigate } from '../../lib/router';
 import { errorText, Field } from '../../components/ui';
 
@@ -28,6 +28,7 @@ export function SignIn() {
     setError(null);
     try {
       adopt(await signIn(username, password));
+      notice.value = null;
       if (location.pathname === '/signin' || location.pathname === '/signup') navigate('/market', true);
     } catch (err) {
       if (err instanceof ApiError && err.status === 401) setError(t('auth.bad_credentials'));
@@ -41,6 +42,7 @@ export function SignIn() {
     <main class="auth">
       <form class="card auth-card" onSubmit={submit} aria-labelledby="signin-title">
         <h1 id="signin-title">{t('auth.sign_in_title')}</h1>
+        {notice.value && <p class="notice" role="status">{notice.value}</p>}
         <Field label={t('auth.username')}>
           {(id) => <input id={id} name="username" autocomplete="username" required value={username} onInput={(e) => setUsername((e.target as HTMLInputElement).value)} />}
         </Field>
