@@ -20,6 +20,7 @@
 #include "instances/images.h"
 #include "instances/lifecycle.h"
 #include "market/hosts.h"
+#include "market/prices.h"
 #include "store/store.h"
 
 namespace gpucloud::disks {
@@ -344,7 +345,7 @@ TEST_F(DisksTest, BadRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(disk(id).size_gib, 100);
   EXPECT_EQ(disk(id).state, DiskState::available);
   // A per-user override binds too.
-  ASSERT_TRUE(write([&](store::Database& db) { return auth::save_quota_overrides(db, user_, {std::nullopt, std::nullopt, 150, std::nullopt}); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return auth::save_quota_overrides(db, user_, {std::nullopt, std::nullopt, 150, std::nullopt, std::nullopt}); }));
   auto past_override = write([&](store::Database& db) { return resize_disk(db, config_, alice(), id, 151, clock_->now()); });
   ASSERT_FALSE(past_override);
   EXPECT_EQ(past_override.error().code, ErrorCode::quota_exceeded);
@@ -663,6 +664,7 @@ TEST_F(DisksTest, StorageNeedsADayOfItsPriceAndIsRefusedInArrears) {
     auto u = auth::create_user(db, "carol", std::nullopt, "x", "user", system_now());
     if (!u) return fail(u.error());
     carol = u->id;
+    if (auto s = market::seed_prices(db, config_); !s) return s;  // the config's storage prices
     return billing::open_account(db, u->id, "carol", 100, system_now());  // ¥1.00
   }));
   const Actor c{carol, false};

@@ -136,7 +136,7 @@ class ReportingAgent : public agent::HostAgent {
     co_return fail(ErrorCode::unavailable, "no terminals here");
   }
   void beat(std::vector<agent::GpuInfo> gpus, const std::string& host = "node-1") {
-    if (sink_) sink_(agent::Heartbeat{host, ++sequence_, std::move(gpus)});
+    if (sink_) sink_(agent::Heartbeat{host, ++sequence_, std::move(gpus), std::nullopt});
   }
 
  private:

@@ -43,7 +43,7 @@ class SilentAgent : public agent::HostAgent {
     co_return fail(ErrorCode::unavailable, "no terminals here");
   }
   void beat() {
-    if (sink_) sink_(agent::Heartbeat{"node-1", ++sequence_, {}});
+    if (sink_) sink_(agent::Heartbeat{"node-1", ++sequence_, {}, std::nullopt});
   }
 
  private:
