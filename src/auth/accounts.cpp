@@ -140,4 +140,9 @@ Status revoke_other_sessions(store::Database& db, const std::string& user_id, co
                 {to_unix_micros(now), user_id, keep_token_id});
 }
 
+Status revoke_api_tokens(store::Database& db, const std::string& user_id, SysTime now) {
+  return db.run("UPDATE tokens SET revoked_at = ? WHERE user_id = ? AND kind = 'api' AND revoked_at IS NULL",
+                {to_unix_micros(now), user_id});
+}
+
 }  // namespace gpucloud::auth

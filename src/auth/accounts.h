@@ -63,7 +63,9 @@ Status revoke_token(store::Database& db, const std::string& user_id, const std::
 Result<std::string> resolve_api_token(store::Database& db, const std::string& user_id, const std::string& id_or_name);
 // When the token stops working by itself (sessions), if ever.
 Result<std::optional<SysTime>> token_expiry(store::Database& db, const std::string& token_id);
-// Revokes every live session of the user except `keep_token_id`.
+// Revokes every live API token of the user (a password change with revoke_tokens).
+Status revoke_api_tokens(store::Database& db, const std::string& user_id, SysTime now);
+// Revokes every live session of the user except `keep_token_id` ("": all of them).
 Status revoke_other_sessions(store::Database& db, const std::string& user_id, const std::string& keep_token_id,
                              SysTime now);
 

@@ -188,7 +188,7 @@ class Parser {
     if (const toml::table* t = get_table(root, "", "server")) {
       check_keys(*t, "server",
                  {"max_body_bytes", "read_timeout", "idle_timeout", "header_timeout", "max_connections",
-                  "worker_threads", "login_failures_allowed", "login_window", "metrics_require_auth"});
+                  "worker_threads", "login_failures_allowed", "login_window", "metrics_require_auth", "console_dir"});
       get_int(*t, "server", "max_body_bytes", c.server.max_body_bytes);
       get_duration(*t, "server", "read_timeout", c.server.read_timeout);
       get_duration(*t, "server", "idle_timeout", c.server.idle_timeout);
@@ -198,6 +198,7 @@ class Parser {
       get_int(*t, "server", "login_failures_allowed", c.server.login_failures_allowed);
       get_duration(*t, "server", "login_window", c.server.login_window);
       get_bool(*t, "server", "metrics_require_auth", c.server.metrics_require_auth);
+      get_string(*t, "server", "console_dir", c.server.console_dir);
     }
   }
 

@@ -123,6 +123,9 @@ struct Server {  // added section [server]
   int login_failures_allowed = 5;
   std::chrono::seconds login_window{900};
   bool metrics_require_auth = false;
+  // The web console's files (index.html, assets/). "" = found beside the binary (the build
+  // tree's web/dist, an installed <prefix>/share/gpucloud/console) or in the source tree.
+  std::string console_dir;
 };
 
 struct Config {

@@ -331,6 +331,8 @@ void check_sections(const Config& c, Checker& k) {
   }
   k.positive("server.login_failures_allowed", c.server.login_failures_allowed);
   k.positive("server.login_window", c.server.login_window);
+  if (!c.server.console_dir.empty() && c.server.console_dir.front() != '/')
+    k.error("server.console_dir", "must be an absolute path, not \"" + c.server.console_dir + "\"");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "auth/credentials.h"
 #include "core/ids.h"
+#include "server/browser_session.h"
 #include "store/meta.h"
 #include "events/events.h"
 #include "instances/images.h"
@@ -31,7 +32,17 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
       store_(std::move(store)),
       clock_(std::move(clock)),
       login_throttle_(config_.server.login_failures_allowed, config_.server.login_window),
-      body_hash_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "idempotency.key").string())) {
+      body_hash_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "idempotency.key").string())),
+      csrf_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "csrf.key").string())) {
+  {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    std::string dir = find_console_dir(config_.server.console_dir, ec ? "" : exe.string(), default_console_source_dir());
+    if (!dir.empty()) {
+      console_ = std::make_unique<Console>(loop_, dir);
+      console_->start();
+    }
+  }
   // A commit that recorded an event wakes the streams now (the 200 ms poll remains for
   // events written by another process sharing the store).
   store_->on_event_commit([this] { asio::post(loop_, [this] { wake_event_streams(); }); });
@@ -135,12 +146,9 @@ void App::wake_event_streams() {
   for (auto* timer : *event_waiters_) timer->cancel();
 }
 
-std::string App::bearer_token(const Request& request) {
-  std::string_view header = request.header("authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return "";
-  return std::string(header.substr(kBearer.size()));
-}
+std::string App::bearer_token(const Request& request) { return request_credential(request).token; }
+
+std::string App::csrf_token(const std::string& session_token_id) const { return csrf_token_for(csrf_key_, session_token_id); }
 
 asio::awaitable<Result<auth::Principal>> App::authenticate_token(std::string token) {
   if (token.empty()) co_return fail(ErrorCode::unauthorized, "missing bearer token (Authorization: Bearer TOKEN)");
@@ -203,7 +211,12 @@ asio::awaitable<Response> App::handle(Request& request) {
     std::string_view method = request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
     RouteMatch match = router_.match(method, request.path, request.params);
     Result<Response> result = fail(ErrorCode::internal, "no answer");
-    if (!match.route) {
+    static const std::string kConsole = "console";
+    if (!match.route && !match.path_known && method == "GET" && !request.path.starts_with("/api/")) {
+      // The web console: its files, and index.html for its client routes.
+      route_name = &kConsole;
+      result = console_response(console_ ? console_->files() : nullptr, request.path, request.header("accept-encoding"));
+    } else if (!match.route) {
       if (match.path_known) {
         std::string allowed;
         for (const auto& m : match.allowed) allowed += (allowed.empty() ? "" : ", ") + m;
@@ -217,13 +230,21 @@ asio::awaitable<Response> App::handle(Request& request) {
       route_name = &route.pattern;
       bool refused = false;
       if (route.access != Access::public_route) {
-        auto principal = co_await authenticate_token(bearer_token(request));
+        auto credential = request_credential(request);
+        auto principal = co_await authenticate_token(credential.token);
         if (!principal) {
           result = tl::unexpected(principal.error());
           refused = true;
         } else {
           ctx.principal = std::move(*principal);
-          if (route.access == Access::admin && !ctx.principal->user.is_admin()) {
+          ctx.via_cookie = credential.via_cookie;
+          // The cookie rides along on cross-site requests: those it authenticates show the
+          // session's CSRF token (unsafe methods) and this server's Origin.
+          std::string refusal = credential.via_cookie ? cookie_request_refusal(request, csrf_key_, ctx.principal->token_id) : "";
+          if (!refusal.empty()) {
+            result = fail(ErrorCode::forbidden, std::move(refusal));
+            refused = true;
+          } else if (route.access == Access::admin && !ctx.principal->user.is_admin()) {
             result = fail(ErrorCode::forbidden, "this endpoint is for the operator only");
             refused = true;
           }

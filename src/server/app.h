@@ -26,6 +26,7 @@
 #include "instances/lifecycle.h"
 #include "monitoring/monitoring_service.h"
 #include "server/auth_cache.h"
+#include "server/console.h"
 #include "server/host_registry.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
@@ -47,6 +48,7 @@ struct RequestContext {
   Request& request;
   std::optional<auth::Principal> principal;  // set on every route that is not public
   std::shared_ptr<IdempotencyHold> idempotency_hold;
+  bool via_cookie = false;  // authenticated by the browser's session cookie, not a bearer token
 
   const auth::Principal& caller() const { return *principal; }
   // The caller as the domain modules take it: a user on their own resources, or the operator.
@@ -84,12 +86,17 @@ class App {
   std::uint64_t auth_generation() const { return auth_cache_.generation(); }
   // The principal for a bearer token (cached on the loop), or unauthorized.
   boost::asio::awaitable<Result<auth::Principal>> authenticate_token(std::string token);
-  // The bearer token of a request, "" when it has none.
+  // The token a request authenticates with: its bearer token, else its session cookie's
+  // (server/browser_session.h); "" when it has none.
   static std::string bearer_token(const Request& request);
   // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
   std::int64_t latest_event_seq() const { return latest_event_seq_; }
   // Event streams park their timer here while they wait; a local commit that recorded an
   // event cancels them all (loop only).
+  // The CSRF token of a browser session (bound to the session token's id).
+  std::string csrf_token(const std::string& session_token_id) const;
+  // The web console's files, or null when none were found.
+  const Console* console() const { return console_.get(); }
   using Waiters = std::set<boost::asio::steady_timer*>;
   Waiters& event_waiters() { return *event_waiters_; }
   // For guards in coroutine frames that io_context's destructor may destroy after the App:
@@ -149,6 +156,8 @@ class App {
   std::int64_t latest_event_seq_ = 0;
   std::shared_ptr<Waiters> event_waiters_ = std::make_shared<Waiters>();
   bool shutting_down_ = false;
+  std::string csrf_key_;                    // DATA_DIR/csrf.key: browser sessions' CSRF tokens
+  std::unique_ptr<Console> console_;
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<disks::DiskService> disks_;

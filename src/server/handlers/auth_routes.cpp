@@ -1,4 +1,5 @@
-// POST /auth/register, /auth/login, /auth/logout; GET /me; PUT /me/password.
+// POST /auth/register, /auth/login, /auth/logout; GET /me; PUT /me/password;
+// POST/GET/DELETE /auth/session (browser sign-in with a cookie, server/browser_session.h).
 #include <spdlog/spdlog.h>
 
 #include "api/auth_views.h"
@@ -7,6 +8,7 @@
 #include "core/ids.h"
 #include "billing/ledger.h"
 #include "server/app.h"
+#include "server/browser_session.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -16,6 +18,7 @@ namespace {
 
 constexpr std::size_t kMaxUsernameBytes = 32;   // api.md: [a-z][a-z0-9_-]{2,31}
 constexpr std::size_t kMaxPasswordBytes = 1024;  // as check_password_strength
+constexpr std::string_view kBrowserSessionName = "browser";  // the token's name: a console sign-in
 
 asio::awaitable<Result<std::string>> hash_off_loop(App& app, std::string password) {
   auto job = [password = std::move(password)]() { return auth::hash_password(password); };
@@ -52,7 +55,8 @@ asio::awaitable<Result<Response>> register_user(RequestContext& ctx) {
   co_return co_await app.store().write(std::move(create));
 }
 
-asio::awaitable<Result<Response>> login(RequestContext& ctx) {
+// Checks {username, password} with the login throttle; the verified, enabled user.
+asio::awaitable<Result<auth::User>> verify_credentials(RequestContext& ctx) {
   App& app = ctx.app;
   auto body = api::parse_object(ctx.request.body);
   if (!body) co_return tl::unexpected(body.error());
@@ -102,9 +106,16 @@ asio::awaitable<Result<Response>> login(RequestContext& ctx) {
   if (!*verified) co_return fail(ErrorCode::unauthorized, "wrong username or password");
   attempt.outcome = Outcome::succeeded;
   if ((*verified)->disabled) co_return fail(ErrorCode::unauthorized, "this account is disabled");
+  co_return std::move(**verified);
+}
+
+asio::awaitable<Result<Response>> login(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto user = co_await verify_credentials(ctx);
+  if (!user) co_return tl::unexpected(user.error());
   auto now = system_now();
   auto expires = now + std::chrono::duration_cast<std::chrono::microseconds>(app.config().session_ttl);
-  auto issue = [user_id = (*verified)->id, now, expires](store::Database& db) -> Result<Response> {
+  auto issue = [user_id = user->id, now, expires](store::Database& db) -> Result<Response> {
     auto token = auth::issue_token(db, user_id, "session", "login", now, expires);
     if (!token) return tl::unexpected(token.error());
     json::object o;
@@ -115,6 +126,47 @@ asio::awaitable<Result<Response>> login(RequestContext& ctx) {
   co_return co_await app.store().write(std::move(issue));
 }
 
+// The browser session's answer: the user, the session's CSRF token and its expiry.
+Response session_body(App& app, const auth::User& user, const std::string& token_id, std::optional<SysTime> expires) {
+  json::object o;
+  o["user"] = api::user_json(user);
+  o["csrf_token"] = app.csrf_token(token_id);
+  o["expires_at"] = expires ? json::value(format_rfc3339(*expires)) : json::value(nullptr);
+  return json_response(200, o);
+}
+
+// POST /auth/session: a login that sets the session cookie (the token never reaches script).
+asio::awaitable<Result<Response>> create_browser_session(RequestContext& ctx) {
+  App& app = ctx.app;
+  auto user = co_await verify_credentials(ctx);
+  if (!user) co_return tl::unexpected(user.error());
+  auto now = system_now();
+  auto expires = now + std::chrono::duration_cast<std::chrono::microseconds>(app.config().session_ttl);
+  auto issue = [user_id = user->id, now, expires](store::Database& db) {
+    return auth::issue_token(db, user_id, "session", std::string(kBrowserSessionName), now, expires);
+  };
+  auto token = co_await app.store().write(std::move(issue));
+  if (!token) co_return tl::unexpected(token.error());
+  Response r = session_body(app, *user, token->info.id, expires);
+  r.headers.emplace_back("Set-Cookie", session_cookie_header(token->secret, app.config().session_ttl,
+                                                             request_is_https(ctx.request)));
+  r.headers.emplace_back("Cache-Control", "no-store");
+  co_return r;
+}
+
+// GET /auth/session: the cookie's session (401 without a valid cookie).
+asio::awaitable<Result<Response>> get_browser_session(RequestContext& ctx) {
+  if (!ctx.via_cookie) co_return fail(ErrorCode::unauthorized, "no browser session: sign in with POST /api/v1/auth/session");
+  auto read = [id = ctx.caller().token_id](store::Database& db) { return auth::token_expiry(db, id); };
+  auto expires = co_await ctx.app.store().read(std::move(read));
+  if (!expires) co_return tl::unexpected(expires.error());
+  Response r = session_body(ctx.app, ctx.caller().user, ctx.caller().token_id, *expires);
+  r.headers.emplace_back("Cache-Control", "no-store");
+  co_return r;
+}
+
+// POST /auth/logout and DELETE /auth/session: the calling session ends (and a browser's
+// cookie is cleared).
 asio::awaitable<Result<Response>> logout(RequestContext& ctx) {
   auto revoke = [user = ctx.caller().user.id, token = ctx.caller().token_id](store::Database& db) -> Result<Response> {
     if (auto s = auth::revoke_token(db, user, token, system_now()); !s) return tl::unexpected(s.error());
@@ -122,7 +174,14 @@ asio::awaitable<Result<Response>> logout(RequestContext& ctx) {
   };
   auto response = co_await ctx.app.store().write(std::move(revoke));
   ctx.app.invalidate_auth_cache();
+  if (response && ctx.via_cookie)
+    response->headers.emplace_back("Set-Cookie", cleared_session_cookie_header(request_is_https(ctx.request)));
   co_return response;
+}
+
+asio::awaitable<Result<Response>> delete_browser_session(RequestContext& ctx) {
+  if (!ctx.via_cookie) co_return fail(ErrorCode::unauthorized, "no browser session: this ends the session cookie's session");
+  co_return co_await logout(ctx);
 }
 
 asio::awaitable<Result<Response>> me(RequestContext& ctx) {
@@ -137,6 +196,8 @@ asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
   if (!old_password) co_return tl::unexpected(old_password.error());
   auto new_password = api::required_string(*body, "new_password");
   if (!new_password) co_return tl::unexpected(new_password.error());
+  auto revoke_tokens = api::optional_bool(*body, "revoke_tokens");
+  if (!revoke_tokens) co_return tl::unexpected(revoke_tokens.error());
   if (old_password->size() > kMaxPasswordBytes)
     co_return fail(ErrorCode::invalid_argument, "old_password: does not match the current password");
   if (auto s = auth::check_password_strength(*new_password); !s) {
@@ -153,13 +214,23 @@ asio::awaitable<Result<Response>> change_password(RequestContext& ctx) {
   };
   auto hash = co_await app.password_pool().run<std::string>(std::move(rehash));
   if (!hash) co_return tl::unexpected(hash.error());
-  auto update = [user = ctx.caller().user.id, keep = ctx.caller().token_id, hash = *hash](store::Database& db) -> Result<Response> {
+  // Every session of the user ends, browser ones too; a bearer caller keeps its own (the
+  // spec's "other sessions"), a browser's ends as well (the console signs in again). With
+  // revoke_tokens, the user's API tokens go too.
+  std::string keep = ctx.via_cookie ? "" : ctx.caller().token_id;
+  auto update = [user = ctx.caller().user.id, keep, hash = *hash,
+                 tokens_too = revoke_tokens->value_or(false)](store::Database& db) -> Result<Response> {
+    auto now = system_now();
     if (auto s = auth::set_password_hash(db, user, hash); !s) return tl::unexpected(s.error());
-    if (auto s = auth::revoke_other_sessions(db, user, keep, system_now()); !s) return tl::unexpected(s.error());
+    if (auto s = auth::revoke_other_sessions(db, user, keep, now); !s) return tl::unexpected(s.error());
+    if (tokens_too)
+      if (auto s = auth::revoke_api_tokens(db, user, now); !s) return tl::unexpected(s.error());
     return empty_response(204);
   };
   auto response = co_await app.store().write(std::move(update));
   app.invalidate_auth_cache();
+  if (response && ctx.via_cookie)
+    response->headers.emplace_back("Set-Cookie", cleared_session_cookie_header(request_is_https(ctx.request)));
   co_return response;
 }
 
@@ -171,7 +242,14 @@ void register_auth_routes(App& app) {
   r.add("POST", "/api/v1/auth/login", Access::public_route, "auth", "Log in; returns a session token", login);
   r.add("POST", "/api/v1/auth/logout", Access::user, "auth", "Revoke the calling session token", logout);
   r.add("GET", "/api/v1/me", Access::user, "auth", "The calling user", me);
-  r.add("PUT", "/api/v1/me/password", Access::user, "auth", "Change the password; revokes the user's other sessions", change_password);
+  r.add("PUT", "/api/v1/me/password", Access::user, "auth",
+        "Change the password; ends the user's other sessions (a browser's own too); revoke_tokens: also the API tokens",
+        change_password);
+  r.add("POST", "/api/v1/auth/session", Access::public_route, "auth",
+        "Browser sign-in: sets the HttpOnly session cookie; returns the user and the CSRF token", create_browser_session);
+  r.add("GET", "/api/v1/auth/session", Access::user, "auth", "The browser session of the cookie", get_browser_session);
+  r.add("DELETE", "/api/v1/auth/session", Access::user, "auth", "End the browser session and clear its cookie",
+        delete_browser_session);
 }
 
 }  // namespace gpucloud::server
