@@ -10,6 +10,14 @@ const tones: Record<string, Tone> = {
   stopped: 'idle',
   error: 'bad',
   released: 'gone',
+  // disks, snapshots, images, hosts
+  available: 'ok',
+  attached: 'ok',
+  ready: 'ok',
+  deleting: 'busy',
+  draining: 'busy',
+  deleted: 'gone',
+  unreachable: 'bad',
 };
 
 export function stateTone(state: string): Tone {

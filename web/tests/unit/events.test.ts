@@ -71,3 +71,12 @@ describe('widelyOpen', () => {
     expect(cidrShare('nonsense!')).toBe(0);
   });
 });
+
+describe('badges of other resources', () => {
+  it('maps disk, image and host states', () => {
+    expect(stateTone('available')).toBe('ok');
+    expect(stateTone('ready')).toBe('ok');
+    expect(stateTone('unreachable')).toBe('bad');
+    expect(stateTone('deleted')).toBe('gone');
+  });
+});
