@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "billing/ledger.h"
+#include "billing/meters.h"
 
 namespace gpucloud::billing {
 
@@ -16,16 +17,30 @@ std::string format_amount(std::int64_t v, const std::string& currency) {
 }
 
 Status check_affordable(store::Database& db, const std::string& user_id, std::int64_t needed, const std::string& what,
-                        const std::string& currency) {
+                        const std::string& currency, SysTime now) {
   auto account = account_of_user(db, user_id);
   if (!account) return fail(account.error());
-  if (account->arrears_since || account->balance < 0)
+  // The live balance (what running meters have accrued comes off), and an hour of everything
+  // the user already runs or is starting on the hour: ¥10 does not start ten ¥9/h instances.
+  auto pending = unsettled_of_account(db, account->id, now);
+  if (!pending) return fail(pending.error());
+  const std::int64_t balance = account->balance - *pending;
+  if (account->arrears_since || balance < 0)
     return fail(ErrorCode::insufficient_balance, "the account is in arrears (balance " +
-                                                     format_amount(account->balance, currency) +
+                                                     format_amount(balance, currency) +
                                                      "): top up before creating or starting anything");
-  if (account->balance < needed)
-    return fail(ErrorCode::insufficient_balance, "balance " + format_amount(account->balance, currency) +
-                                                     " is below " + what + " (" + format_amount(needed, currency) + ")");
+  auto running = db.one("SELECT COALESCE(SUM(price_per_hour), 0), COUNT(*) FROM instances WHERE owner = ? AND "
+                        "billing_mode = 'hourly' AND state IN ('creating', 'starting', 'running')",
+                        {user_id});
+  if (!running) return fail(running.error());
+  const std::int64_t committed = (*running)->int64(0), count = (*running)->int64(1);
+  if (balance < needed + committed)
+    return fail(ErrorCode::insufficient_balance,
+                "balance " + format_amount(balance, currency) + " is below " + what + " (" +
+                    format_amount(needed, currency) + ")" +
+                    (committed > 0 ? " plus an hour of the " + std::to_string(count) + " instance(s) you already run (" +
+                                         format_amount(committed, currency) + ")"
+                                   : std::string()));
   return ok();
 }
 

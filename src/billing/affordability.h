@@ -6,13 +6,16 @@
 #include <string>
 
 #include "core/result.h"
+#include "core/time_format.h"
 #include "store/database.h"
 
 namespace gpucloud::billing {
 
 // `needed`: one hour of the price, or a subscription's whole price; `what` names it.
+// The balance is the live one (net of what open meters have accrued), and `needed` comes on
+// top of an hour of every pay-as-you-go instance the user already runs or is starting.
 Status check_affordable(store::Database& db, const std::string& user_id, std::int64_t needed, const std::string& what,
-                        const std::string& currency);
+                        const std::string& currency, SysTime now);
 
 // A day of `gib` GiB of storage at `per_gib_hour_micros` (the price table's millionths of the
 // smallest unit per GiB-hour), rounded up: a priced GiB never costs 0 a day.

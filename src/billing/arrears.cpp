@@ -70,6 +70,15 @@ std::optional<SysTime> reaches(const std::vector<Meter>& meters, std::int64_t ta
   return std::nullopt;
 }
 
+// A "runs out" warning names a moment; once spending moves the projection by this much, the
+// warning is stale and the user is told the new one.
+constexpr auto kStaleWarning = std::chrono::minutes(5);
+bool stop_warning_current(const Account& a, SysTime zero) {
+  if (!(a.arrears_warned & kStopWarned) || !a.stop_warned_zero) return false;
+  const auto moved = zero > *a.stop_warned_zero ? zero - *a.stop_warned_zero : *a.stop_warned_zero - zero;
+  return moved < kStaleWarning;
+}
+
 std::int64_t warning_level(std::int64_t limit) { return (limit * 8 + 9) / 10; }  // 80 %, rounded up
 
 struct Limited {
@@ -94,7 +103,8 @@ Result<std::vector<Limited>> limited_instances(store::Database& db, const std::v
 
 }  // namespace
 
-Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::string& account_id, SysTime now) {
+Result<std::optional<SysTime>> projected_at_or_below(store::Database& db, const std::string& account_id,
+                                                     std::int64_t level, SysTime now) {
   auto account = load_account(db, account_id);
   if (!account) return fail(account.error());
   auto open = open_meters_of_account(db, account_id);
@@ -107,11 +117,15 @@ Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::st
     pending += due_at(m, now);
     per_second += static_cast<double>(m.rate) / static_cast<double>(m.divisor);
   }
-  const std::int64_t remaining = account->balance - pending;
+  const std::int64_t remaining = account->balance - pending - level;
   if (remaining <= 0) return std::optional<SysTime>{now};
   if (per_second <= 0) return std::optional<SysTime>{};
   const double seconds = std::min(std::ceil(static_cast<double>(remaining) / per_second), 3.0e8);  // ≤ ~10 years
   return std::optional<SysTime>{now + std::chrono::seconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(seconds)))};
+}
+
+Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::string& account_id, SysTime now) {
+  return projected_at_or_below(db, account_id, 0, now);
 }
 
 Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const config::Config& config,
@@ -149,7 +163,18 @@ Result<std::optional<SysTime>> next_arrears_check(store::Database& db, const con
   }
   auto zero = projected_zero(db, account_id, now);
   if (!zero) return fail(zero.error());
-  if (*zero) consider(!(a.arrears_warned & kStopWarned) && **zero - kStopWarning > now ? **zero - kStopWarning : **zero);
+  if (*zero) {
+    // The warning an hour before (again when spending moved the moment), then the zero itself.
+    if (**zero - kStopWarning > now) consider(**zero - kStopWarning);
+    else consider(stop_warning_current(a, **zero) ? **zero : now);
+  }
+  // The balance alert crosses on the live balance (net of what has accrued): the account is
+  // settled at that second, and the crossing notifies as any balance change does.
+  if (a.alert_threshold && a.alert_armed) {
+    auto below = projected_at_or_below(db, account_id, *a.alert_threshold - 1, now);
+    if (!below) return fail(below.error());
+    if (*below) consider(**below);
+  }
   return next ? std::optional<SysTime>{std::max(*next, now)} : next;
 }
 
@@ -190,18 +215,31 @@ Result<ArrearsOutcome> enforce_arrears(store::Database& db, const config::Config
           return fail(s.error());
       }
     }
-    // The warning before the projected zero.
-    if (a.arrears_warned & kStopWarned) return out;
+    // The warning before the projected zero; warned again when spending moves that moment,
+    // and afresh once the projection leaves the warning's hour (spending fell).
     auto zero = projected_zero(db, account_id, now);
     if (!zero) return fail(zero.error());
     if (*zero && **zero - kStopWarning <= now) {
+      if (stop_warning_current(a, **zero)) return out;
+      const bool again = (a.arrears_warned & kStopWarned) != 0;
       if (auto s = warn(db, a, first_user, "stop", **zero,
-                        "the balance runs out at " + format_rfc3339(**zero) +
+                        std::string(again ? "spending changed: " : "") + "the balance runs out at " +
+                            format_rfc3339(**zero) +
                             ": running pay-as-you-go instances will stop then; top up to keep them running",
                         now);
           !s)
         return fail(s.error());
-      if (auto s = set_bits(db, a, kStopWarned); !s) return fail(s.error());
+      if (auto s = db.run("UPDATE billing_accounts SET arrears_warned = arrears_warned | ?, stop_warned_zero = ? "
+                          "WHERE id = ?",
+                          {static_cast<int>(kStopWarned), to_unix_micros(**zero), a.id});
+          !s)
+        return fail(s.error());
+    } else if (a.arrears_warned & kStopWarned) {
+      if (auto s = db.run("UPDATE billing_accounts SET arrears_warned = arrears_warned & ?, stop_warned_zero = NULL "
+                          "WHERE id = ?",
+                          {static_cast<int>(~kStopWarned), a.id});
+          !s)
+        return fail(s.error());
     }
     return out;
   }

@@ -20,6 +20,10 @@ namespace gpucloud::billing {
 // When the account's balance, less what its open meters accrue from `now`, reaches zero;
 // nullopt when no compute meter is open (storage alone is settled hourly and stops nothing).
 Result<std::optional<SysTime>> projected_zero(store::Database& db, const std::string& account_id, SysTime now);
+// When the balance net of what its open meters accrue reaches `level` or below (the same
+// projection; nullopt when no compute meter is open).
+Result<std::optional<SysTime>> projected_at_or_below(store::Database& db, const std::string& account_id,
+                                                     std::int64_t level, SysTime now);
 
 // The warnings and steps of arrears, as bits of billing_accounts.arrears_warned.
 enum ArrearsStep : int {

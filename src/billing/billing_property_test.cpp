@@ -612,7 +612,7 @@ class Sequence {
         [i, disk, owner = u.id, now = now_](store::Database& db) -> Status {
           auto price = store_price(db, i.gpus, true);
           if (!price) return fail(price.error());
-          if (auto s = check_affordable(db, owner, *price, "one hour of its price", kCurrency); !s) return s;
+          if (auto s = check_affordable(db, owner, *price, "one hour of its price", kCurrency, now); !s) return s;
           if (auto s = db.run("INSERT INTO instances (id, owner, name, state, zone, host_id, gpu_model, gpu_count, "
                               "cpu, memory_gib, no_gpu, system_disk_gib, image_id, billing_mode, price_per_hour, "
                               "created_at) VALUES (?, ?, ?, 'creating', 'zone-a', 'h-prop', ?, ?, 4, 16, 0, ?, "
@@ -729,10 +729,10 @@ class Sequence {
     const ModelInstance& i = instances_[k];
     const bool gpu_run = i.gpus > 0 && chance(75);
     return Txn{"start " + i.id + (i.gpus > 0 && !gpu_run ? " without GPUs" : ""),
-               [id = i.id, gpus = i.gpus, gpu_run, owner = users_[i.owner].id](store::Database& db) -> Status {
+               [id = i.id, gpus = i.gpus, gpu_run, owner = users_[i.owner].id, now = now_](store::Database& db) -> Status {
                  auto price = store_price(db, gpus, gpu_run);
                  if (!price) return fail(price.error());
-                 if (auto s = check_affordable(db, owner, *price, "one hour of its price", kCurrency); !s) return s;
+                 if (auto s = check_affordable(db, owner, *price, "one hour of its price", kCurrency, now); !s) return s;
                  if (auto s = db.run("UPDATE instances SET state = 'starting', no_gpu = ?, price_per_hour = ?, "
                                      "generation = generation + 1 WHERE id = ? AND state = 'stopped'",
                                      {gpus > 0 && !gpu_run, *price, id});

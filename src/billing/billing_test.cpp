@@ -234,7 +234,7 @@ TEST_F(BillingTest, ArrearsBeginAtZeroAndATopUpLiftsThem) {
 TEST_F(BillingTest, TheAlertCrossesOnceDownwardAndRearmsOnlyAfterGoingBackUp) {
   const std::string u = user("alice", 1000);
   const std::string a = account(u).id;
-  ASSERT_TRUE(write([&](store::Database& db) { return set_alert(db, a, 500, std::string("http://hooks.example/x")); }));
+  ASSERT_TRUE(write([&](store::Database& db) { return set_alert(db, a, 500, std::string("http://hooks.example/x"), 0, u, t0_); }));
   auto charge = [&](std::int64_t amount) {
     ASSERT_TRUE(write([&](store::Database& db) {
       return post_entry(db, a, NewEntry{amount < 0 ? EntryKind::charge : EntryKind::credit, amount, u, {}, {}, 0, ""}, t0_);
@@ -257,6 +257,35 @@ TEST_F(BillingTest, TheAlertCrossesOnceDownwardAndRearmsOnlyAfterGoingBackUp) {
   charge(+300);  // 600: back above, armed again
   charge(-200);  // 400: crossed again
   EXPECT_EQ(outbox(), 2);
+}
+
+TEST_F(BillingTest, AThresholdSetAboveTheBalanceNotifiesOnceAtOnce) {
+  const std::string u = user("alice", 1000);
+  const std::string a = account(u).id;
+  auto outbox = [&] {
+    auto n = write([&](store::Database& db) -> Result<std::int64_t> {
+      auto r = db.one("SELECT COUNT(*) FROM webhook_outbox WHERE account_id = ?", {a});
+      if (!r) return fail(r.error());
+      return (*r)->int64(0);
+    });
+    return n ? *n : -1;
+  };
+  auto set = [&](std::int64_t threshold, std::int64_t pending) {
+    ASSERT_TRUE(write([&](store::Database& db) {
+      return set_alert(db, a, threshold, std::string("http://hooks.example/x"), pending, u, t0_);
+    }));
+  };
+  set(2000, 0);  // 1000 is already below 2000: one notification now
+  EXPECT_EQ(outbox(), 1);
+  EXPECT_EQ(account_state(account(u)), "low");
+  set(2000, 0);  // the same alert again, still below: no second one
+  EXPECT_EQ(outbox(), 1);
+  set(900, 200);  // 1000 settled, 200 accrued: 800 is below 900, a new threshold notifies
+  EXPECT_EQ(outbox(), 2);
+  set(500, 0);  // above: armed, nothing sent
+  EXPECT_EQ(outbox(), 2);
+  EXPECT_EQ(account_state(account(u)), "ok");
+  EXPECT_EQ(account_state(account(u), 600), "low") << "the state is of the balance net of what has accrued";
 }
 
 TEST_F(BillingTest, AStatementExplainsEveryFenOfTheMonth) {

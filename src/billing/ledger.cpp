@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kAccountColumns =
     "SELECT id, kind, name, balance, entries, arrears_since, arrears_warned, alert_threshold, alert_webhook_url, "
-    "alert_armed, created_at FROM billing_accounts ";
+    "alert_armed, created_at, stop_warned_zero FROM billing_accounts ";
 constexpr const char* kEntryColumns =
     "SELECT id, account_id, seq, user_id, time, amount, balance_after, kind, resource, resource_kind, quantity, "
     "description, lines FROM ledger_entries ";
@@ -33,6 +33,7 @@ Account account_from(const store::Row& r) {
   a.alert_webhook_url = r.opt_text(8);
   a.alert_armed = r.int64(9) != 0;
   a.created_at = from_unix_micros(r.int64(10));
+  if (auto t = r.opt_int64(11)) a.stop_warned_zero = from_unix_micros(*t);
   return a;
 }
 
@@ -77,6 +78,26 @@ Result<std::vector<Entry>> entries(store::Database& db, const std::string& sql, 
   return out;
 }
 
+// One notification of a balance below the alert's threshold: disarmed until the balance is
+// back at or above it; the webhook is queued in the outbox and the event recorded.
+Status notify_low_balance(store::Database& db, const Account& account, std::int64_t balance, std::int64_t threshold,
+                          const std::optional<std::string>& owner, SysTime now) {
+  if (auto s = db.run("UPDATE billing_accounts SET alert_armed = 0 WHERE id = ?", {account.id}); !s) return s;
+  json::object body{{"event", "balance_low"},
+                    {"user", owner ? json::value(*owner) : json::value(nullptr)},
+                    {"account", account.id},
+                    {"balance", balance},
+                    {"threshold", threshold},
+                    {"time", format_rfc3339(now)}};
+  if (account.alert_webhook_url && !account.alert_webhook_url->empty())
+    if (auto s = db.run("INSERT INTO webhook_outbox (id, account_id, url, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                        {new_id("wh"), account.id, *account.alert_webhook_url, json::serialize(body), to_unix_micros(now)});
+        !s)
+      return s;
+  return events::record(db, now, "billing.low_balance", account.id, owner, "the balance fell below the alert threshold",
+                        {{"balance", balance}, {"threshold", threshold}});
+}
+
 // The arrears mark and the balance alert follow every balance change, in its transaction.
 Status follow_balance(store::Database& db, const Account& before, std::int64_t balance, std::int64_t change,
                       const std::optional<std::string>& owner, SysTime now) {
@@ -104,23 +125,7 @@ Status follow_balance(store::Database& db, const Account& before, std::int64_t b
     if (auto s = db.run("UPDATE billing_accounts SET arrears_warned = 0 WHERE id = ?", {before.id}); !s) return s;
   if (!before.alert_threshold) return ok();
   const std::int64_t threshold = *before.alert_threshold;
-  if (before.alert_armed && balance < threshold) {
-    // One notification per downward crossing: disarmed until the balance is back at or above.
-    if (auto s = db.run("UPDATE billing_accounts SET alert_armed = 0 WHERE id = ?", {before.id}); !s) return s;
-    json::object body{{"event", "balance_low"},
-                      {"user", owner ? json::value(*owner) : json::value(nullptr)},
-                      {"account", before.id},
-                      {"balance", balance},
-                      {"threshold", threshold},
-                      {"time", format_rfc3339(now)}};
-    if (before.alert_webhook_url && !before.alert_webhook_url->empty())
-      if (auto s = db.run("INSERT INTO webhook_outbox (id, account_id, url, body, created_at) VALUES (?, ?, ?, ?, ?)",
-                          {new_id("wh"), before.id, *before.alert_webhook_url, json::serialize(body), to_unix_micros(now)});
-          !s)
-        return s;
-    return events::record(db, now, "billing.low_balance", before.id, owner,
-                          "the balance fell below the alert threshold", {{"balance", balance}, {"threshold", threshold}});
-  }
+  if (before.alert_armed && balance < threshold) return notify_low_balance(db, before, balance, threshold, owner, now);
   if (!before.alert_armed && balance >= threshold)
     return db.run("UPDATE billing_accounts SET alert_armed = 1 WHERE id = ?", {before.id});
   return ok();
@@ -314,32 +319,46 @@ Result<std::int64_t> balance_before(store::Database& db, const std::string& acco
 }
 
 Status set_alert(store::Database& db, const std::string& account_id, std::optional<std::int64_t> threshold,
-                 std::optional<std::string> webhook_url) {
+                 std::optional<std::string> webhook_url, std::int64_t pending, const std::optional<std::string>& owner,
+                 SysTime now) {
   auto account = load_account(db, account_id);
   if (!account) return fail(account.error());
-  // Armed only when the balance is at or above it: setting a threshold above the balance is
-  // not a crossing.
-  const bool armed = !threshold || account->balance >= *threshold;
-  return db.run("UPDATE billing_accounts SET alert_threshold = ?, alert_webhook_url = ?, alert_armed = ? WHERE id = ?",
-                {threshold, webhook_url, armed, account_id});
+  const std::int64_t balance = account->balance - pending;
+  // A threshold already above the balance is a crossing now: notified once, at once (not
+  // when the same alert is set again while it is still below).
+  const bool below = threshold && balance < *threshold;
+  const bool fresh = !account->alert_threshold || *account->alert_threshold != *threshold || account->alert_armed;
+  if (auto s = db.run("UPDATE billing_accounts SET alert_threshold = ?, alert_webhook_url = ?, alert_armed = ? WHERE id = ?",
+                      {threshold, webhook_url, !below, account_id});
+      !s)
+    return s;
+  db.note_billing_change(account_id);  // the account's timer plans the next crossing
+  if (!below || !fresh) return ok();
+  Account now_set = *account;
+  now_set.alert_threshold = threshold;
+  now_set.alert_webhook_url = webhook_url;
+  return notify_low_balance(db, now_set, balance, *threshold, owner, now);
 }
 
-std::string account_state(const Account& a) {
-  if (a.arrears_since || a.balance < 0) return "arrears";
-  if (a.alert_threshold && a.balance < *a.alert_threshold) return "low";
+std::string account_state(const Account& a, std::int64_t pending) {
+  const std::int64_t balance = a.balance - pending;
+  if (a.arrears_since || balance < 0) return "arrears";
+  if (a.alert_threshold && balance < *a.alert_threshold) return "low";
   return "ok";
 }
 
-json::object account_json(const Account& a, const std::string& currency) {
+json::object account_json(const Account& a, const std::string& currency, std::int64_t pending) {
   json::value alert = nullptr;
   if (a.alert_threshold)
     alert = json::object{{"threshold", *a.alert_threshold},
                          {"webhook_url", a.alert_webhook_url ? json::value(*a.alert_webhook_url) : json::value(nullptr)}};
   return {{"id", a.id},
           {"kind", a.kind},
-          {"balance", a.balance},
+          {"balance", a.balance - pending},
+          {"settled_balance", a.balance},
+          {"unsettled", pending},
           {"currency", currency},
-          {"state", account_state(a)},
+          {"state", account_state(a, pending)},
           {"alert", alert},
           {"arrears_since", a.arrears_since ? json::value(format_rfc3339(*a.arrears_since)) : json::value(nullptr)}};
 }

@@ -31,6 +31,7 @@ struct Account {
   std::optional<std::string> alert_webhook_url;
   bool alert_armed = true;
   SysTime created_at;
+  std::optional<SysTime> stop_warned_zero;  // the projected zero the last "runs out" warning named
 };
 
 // One resource's share of a charge that covers several (an hourly settlement's entry for an
@@ -107,13 +108,19 @@ Result<std::vector<Entry>> entries_between(store::Database& db, const std::strin
 // The balance just before `t` (the balance_after of the last entry before it; 0 if none).
 Result<std::int64_t> balance_before(store::Database& db, const std::string& account_id, SysTime t);
 
-// Sets or clears the balance alert; armed again when the balance is at or above it.
+// Sets or clears the balance alert. A threshold set above the balance (net of what has
+// accrued, `pending`) notifies once at once, as a crossing would; it is armed again when the
+// balance is at or above it.
 Status set_alert(store::Database& db, const std::string& account_id, std::optional<std::int64_t> threshold,
-                 std::optional<std::string> webhook_url);
+                 std::optional<std::string> webhook_url, std::int64_t pending, const std::optional<std::string>& owner,
+                 SysTime now);
 
-// "ok" | "low" (below the alert's threshold) | "arrears".
-std::string account_state(const Account& account);
-boost::json::object account_json(const Account& account, const std::string& currency);
+// "ok" | "low" (below the alert's threshold) | "arrears", of the balance net of `pending`
+// (what the open meters have accrued and not yet settled).
+std::string account_state(const Account& account, std::int64_t pending = 0);
+// `balance` is net of `pending`, as the alert and the run-out forecast see it;
+// `settled_balance` is the ledger's (the sum of the entries), `unsettled` the difference.
+boost::json::object account_json(const Account& account, const std::string& currency, std::int64_t pending = 0);
 boost::json::object entry_json(const Entry& entry);
 
 }  // namespace gpucloud::billing

@@ -381,4 +381,21 @@ Result<std::int64_t> compute_charged(store::Database& db, const std::string& ins
   return (*row)->int64(0);
 }
 
+Result<std::int64_t> compute_cost_at(store::Database& db, const std::string& instance_id, SysTime now) {
+  auto all = meters_of_resource(db, instance_id);
+  if (!all) return fail(all.error());
+  std::int64_t total = 0;
+  for (const auto& m : *all)
+    if (is_compute(m.kind)) total += m.charged + due_at(m, now);
+  return total;
+}
+
+Result<std::int64_t> unsettled_of_account(store::Database& db, const std::string& account_id, SysTime now) {
+  auto open = open_meters_of_account(db, account_id);
+  if (!open) return fail(open.error());
+  std::int64_t total = 0;
+  for (const auto& m : *open) total += due_at(m, now);
+  return total;
+}
+
 }  // namespace gpucloud::billing

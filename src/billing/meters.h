@@ -91,5 +91,11 @@ Result<std::vector<AccountSpan>> settlement_spans(store::Database& db, SysTime t
 
 // Compute charged so far for an instance (both of its compute meters).
 Result<std::int64_t> compute_charged(store::Database& db, const std::string& instance_id);
+// An instance's compute cost at `now`: what was charged plus what its open run has accrued
+// and no settlement has charged yet (whole units, as a settlement at `now` would charge).
+Result<std::int64_t> compute_cost_at(store::Database& db, const std::string& instance_id, SysTime now);
+// What the account's open meters have accrued by `now` and no settlement has charged yet: the
+// account's live balance is its ledger balance less this.
+Result<std::int64_t> unsettled_of_account(store::Database& db, const std::string& account_id, SysTime now);
 
 }  // namespace gpucloud::billing

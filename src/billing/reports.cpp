@@ -41,6 +41,7 @@ Result<json::array> usage(store::Database& db, const std::string& account_id, Sy
   if (!entries) return fail(entries.error());
   // (day, resource, kind) → (quantity, amount); day is "" when grouped by resource.
   std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::int64_t, std::int64_t>> groups;
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<std::string>> notes;
   for (const auto& e : *entries) {
     // Charges resource by resource (an hourly entry's lines); a refund on a resource (charged
     // past a run's end) nets against its charges.
@@ -50,6 +51,9 @@ Result<json::array> usage(store::Database& db, const std::string& account_id, Sy
       g.first += line.quantity;
       g.second += -line.amount;
     }
+    // A zero charge on a resource explains time that was not charged (a lost GPU).
+    if (e.amount == 0 && e.resource && !e.description.empty())
+      notes[{day, *e.resource, e.resource_kind.value_or("")}].push_back(e.description);
   }
   json::array items;
   for (const auto& [key, value] : groups) {
@@ -60,6 +64,11 @@ Result<json::array> usage(store::Database& db, const std::string& account_id, Sy
                    {"unit", is_storage_kind(kind) ? "gib_hour" : "second"},
                    {"amount", value.second}};
     if (by_day) o["day"] = day;
+    if (auto n = notes.find(key); n != notes.end()) {
+      json::array why;
+      for (const auto& text : n->second) why.push_back(json::value(text));
+      o["notes"] = std::move(why);
+    }
     items.push_back(std::move(o));
   }
   return items;
@@ -84,14 +93,22 @@ Result<json::object> statement(store::Database& db, const std::string& account_i
   if (!opening) return fail(opening.error());
   auto entries = entries_between(db, account_id, bounds->first, bounds->second);
   if (!entries) return fail(entries.error());
-  std::int64_t credits = 0, closing = *opening;
+  std::int64_t credits = 0, refunds = 0, closing = *opening;
   std::map<std::string, std::int64_t> charges;
   json::array lines;
   for (const auto& e : *entries) {
     closing = e.balance_after;
-    if (e.amount > 0) credits += e.amount;
-    else charges[e.kind == EntryKind::charge ? e.resource_kind.value_or("charge") : std::string(to_string(e.kind))] +=
-        -e.amount;
+    if (e.kind == EntryKind::refund) {
+      // A refund reduces the charges it refunds (compute past a run's end, a subscription's
+      // unused term): it is not money the user paid in.
+      charges[e.resource_kind.value_or("charge")] -= e.amount;
+      refunds += e.amount;
+    } else if (e.amount > 0) {
+      credits += e.amount;
+    } else {
+      charges[e.kind == EntryKind::charge ? e.resource_kind.value_or("charge") : std::string(to_string(e.kind))] +=
+          -e.amount;
+    }
     json::object line = entry_json(e);
     line["quantity"] = quantity_json(e.resource_kind.value_or(""), e.quantity);
     if (auto* shares = line.if_contains("lines"))
@@ -112,6 +129,7 @@ Result<json::object> statement(store::Database& db, const std::string& account_i
                       {"credits", credits},
                       {"charges", std::move(by_kind)},
                       {"charges_total", total},
+                      {"refunds", refunds},
                       {"closing_balance", closing},
                       {"lines", std::move(lines)}};
 }
@@ -196,6 +214,18 @@ Result<json::object> estimate(store::Database& db, const EstimateRequest& q, con
                       {"storage_per_day", storage_micros_per_hour * 24 / 1000000}};
 }
 
+namespace {
+// What the users owed the platform at `t`: the sum of the negative balances (arrears) then.
+Result<std::int64_t> arrears_at(store::Database& db, SysTime t) {
+  auto row = db.one(
+      "SELECT COALESCE(SUM(CASE WHEN e.balance_after < 0 THEN -e.balance_after ELSE 0 END), 0) FROM ledger_entries e "
+      "WHERE e.seq = (SELECT MAX(l.seq) FROM ledger_entries l WHERE l.account_id = e.account_id AND l.time < ?) ",
+      {to_unix_micros(t)});
+  if (!row) return fail(row.error());
+  return (*row)->int64(0);
+}
+}  // namespace
+
 Result<json::object> revenue_summary(store::Database& db, const std::string& month, const TimeZone& tz,
                                      const std::string& currency) {
   auto bounds = month_bounds(month, tz);
@@ -205,24 +235,43 @@ Result<json::object> revenue_summary(store::Database& db, const std::string& mon
       "GROUP BY kind, resource_kind ORDER BY kind, resource_kind",
       {to_unix_micros(bounds->first), to_unix_micros(bounds->second)});
   if (!rows) return fail(rows.error());
+  // Apart: money received (credits), what was charged (net of refunds, by kind), the
+  // operator's adjustments, and what users still owe (arrears). Revenue is what was charged
+  // and paid for: charges less the growth of arrears over the month.
   json::object by_kind;
-  std::int64_t revenue = 0, credits = 0;
+  std::int64_t charged = 0, received = 0, adjustments = 0, refunds = 0;
+  auto add_charge = [&](const std::string& key, std::int64_t amount) {
+    by_kind[key] = (by_kind.contains(key) ? by_kind[key].as_int64() : 0) + amount;
+    charged += amount;
+  };
   for (const auto& r : *rows) {
     const std::string kind = r.text(0), resource_kind = r.text(1);
     const std::int64_t sum = r.int64(2);
-    if (kind == "charge" || kind == "subscription") {
-      const std::string key = kind == "charge" ? (resource_kind.empty() ? "charge" : resource_kind) : "subscription";
-      by_kind[key] = (by_kind.contains(key) ? by_kind[key].as_int64() : 0) + -sum;
-      revenue += -sum;
-    } else if (kind == "credit") {
-      credits += sum;
-    } else {
-      by_kind[kind] = (by_kind.contains(kind) ? by_kind[kind].as_int64() : 0) + -sum;
-      revenue += -sum;
-    }
+    if (kind == "charge") add_charge(resource_kind.empty() ? "charge" : resource_kind, -sum);
+    else if (kind == "subscription") add_charge("subscription", -sum);
+    else if (kind == "refund") {
+      add_charge(resource_kind.empty() ? "charge" : resource_kind, -sum);
+      refunds += sum;
+    } else if (kind == "credit") received += sum;
+    else if (kind == "adjustment") adjustments += sum;
   }
-  return json::object{{"month", month},       {"timezone", tz.name()}, {"currency", currency},
-                      {"revenue", revenue},   {"by_kind", by_kind},    {"credits", credits}};
+  auto arrears_start = arrears_at(db, bounds->first);
+  if (!arrears_start) return fail(arrears_start.error());
+  auto arrears_end = arrears_at(db, bounds->second);
+  if (!arrears_end) return fail(arrears_end.error());
+  const std::int64_t unpaid = *arrears_end - *arrears_start;
+  return json::object{{"month", month},
+                      {"timezone", tz.name()},
+                      {"currency", currency},
+                      {"revenue", charged - unpaid},
+                      {"charged", charged},
+                      {"by_kind", by_kind},
+                      {"refunds", refunds},
+                      {"received", received},
+                      {"credits", received},
+                      {"adjustments", adjustments},
+                      {"arrears", *arrears_end},
+                      {"arrears_change", unpaid}};
 }
 
 }  // namespace gpucloud::billing

@@ -69,7 +69,11 @@ Result<int> reconcile_meters(store::Database& db, SysTime now) {
   // Running pay-as-you-go instances without an open compute meter accrue from now.
   if (auto s = each("SELECT i.id, i.owner, i.no_gpu, i.gpu_count, i.price_per_hour FROM instances i "
                     "WHERE i.state = 'running' AND i.billing_mode = 'hourly' AND NOT EXISTS (SELECT 1 FROM meters m "
-                    "WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu') AND m.open_since IS NOT NULL)",
+                    "WHERE m.resource = i.id AND m.kind IN ('compute', 'compute_no_gpu') AND m.open_since IS NOT NULL) "
+                    // A run on a lost GPU is not charged (the platform's fault) until it is back.
+                    "AND NOT EXISTS (SELECT 1 FROM reservations r JOIN gpu_reservations gr ON gr.reservation_id = r.id "
+                    "AND gr.active = 1 JOIN gpus g ON g.uuid = gr.gpu_uuid WHERE r.holder = i.id AND r.active = 1 "
+                    "AND g.lost_at IS NOT NULL)",
                     [&](const store::Row& r) {
                       return open_run(db, r.text(0), r.text(1), r.int64(2) != 0 || r.int64(3) == 0, r.int64(4), now);
                     });
@@ -84,6 +88,8 @@ Result<int> reconcile_meters(store::Database& db, SysTime now) {
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   if (auto s = each("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
+                    // A failed create never ran: its system disk bills nothing.
+                    "NOT (i.state = 'error' AND i.state_reason LIKE 'create failed%') AND "
                     "i.system_disk_gib > " + std::to_string(prices->system_disk_free_gib) + " AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
                     "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
                     [&](const store::Row& r) { return follow_system_disk(db, r.text(0), r.text(1), r.int64(2), now); });
@@ -132,6 +138,8 @@ Status rerate_storage(store::Database& db, SysTime now) {
   auto prices = market::load_prices(db);
   if (!prices) return fail(prices.error());
   auto newly = db.all("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
+                    // A failed create never ran: its system disk bills nothing.
+                    "NOT (i.state = 'error' AND i.state_reason LIKE 'create failed%') AND "
                       "i.system_disk_gib > ? AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
                       "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
                       {prices->system_disk_free_gib});

@@ -25,11 +25,7 @@ using S = InstanceState;
 
 std::string state_name(S s) { return std::string(to_string(s)); }
 
-std::int64_t hourly_price(const market::PriceTable& prices, const std::optional<std::string>& model, int gpus) {
-  if (!model || gpus == 0) return prices.no_gpu_per_hour;
-  auto it = prices.gpus.find(*model);
-  return it == prices.gpus.end() ? 0 : it->second.per_gpu_hour * gpus;
-}
+using market::hourly_price;
 
 Result<Instance> reload(store::Database& db, const std::string& id) {
   auto stored = load_instance(db, id);
@@ -110,12 +106,14 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   i.price_per_hour = hourly_price(*prices, i.gpu_model, i.gpu_count);
   std::int64_t upfront = 0;
   if (i.billing_mode == "hourly") {
-    if (auto s = billing::check_affordable(db, actor.user_id, i.price_per_hour, "one hour of its price", config.currency); !s)
+    if (auto s = billing::check_affordable(db, actor.user_id, i.price_per_hour, "one hour of its price", config.currency, now);
+        !s)
       return fail(s.error());
   } else {
     auto price = billing::subscription_price(db, i.gpu_model, i.gpu_count, i.billing_mode);
     if (!price) return fail(price.error());
-    if (auto s = billing::check_affordable(db, actor.user_id, *price, "the subscription's price", config.currency); !s)
+    if (auto s = billing::check_affordable(db, actor.user_id, *price, "the subscription's price", config.currency, now);
+        !s)
       return fail(s.error());
     upfront = *price;
   }
@@ -220,7 +218,8 @@ Result<Instance> start_instance(store::Database& db, const config::Config& cfg, 
   if (!prices) return fail(prices.error());
   next.price_per_hour = hourly_price(*prices, gpu_run ? i.gpu_model : std::nullopt, gpu_run ? i.gpu_count : 0);
   if (i.billing_mode == "hourly")
-    if (auto s = billing::check_affordable(db, i.owner, next.price_per_hour, "one hour of its price", cfg.currency); !s)
+    if (auto s = billing::check_affordable(db, i.owner, next.price_per_hour, "one hour of its price", cfg.currency, now);
+        !s)
       return fail(s.error());
   if (auto s = transition(db, i, next, Transition{S::starting, "", {}}, now); !s) return fail(s.error());
   return reload(db, i.id);

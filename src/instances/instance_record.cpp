@@ -5,6 +5,8 @@
 
 #include <boost/json.hpp>
 
+#include "billing/ledger.h"
+#include "billing/resource_meters.h"
 #include "events/events.h"
 #include "instances/schedules.h"
 #include "market/hosts.h"
@@ -44,7 +46,7 @@ constexpr const char* kInstanceColumns =
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
     "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for, i.autostop_idle_minutes, "
     "i.autostop_below_percent, i.idle_since, i.busy_reason, i.stop_at, i.release_after_stopped_days, i.schedule_warned, "
-    "i.schedule_at "
+    "i.schedule_at, i.term_anchor "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -101,6 +103,7 @@ Result<Instance> instance_from(const store::Row& r) {
   if (auto days = r.opt_int64(44)) i.release_after_stopped_days = static_cast<int>(*days);
   i.schedule_warned = static_cast<int>(r.int64(45));
   i.schedule_at = time_of(r.opt_int64(46));
+  i.term_anchor = time_of(r.opt_int64(47));
   return i;
 }
 
@@ -247,14 +250,14 @@ Status write_instance_state(store::Database& db, const std::string& id, Instance
           "container_id = ?, cpus_capped = ?, run_seconds = ?, charged = ?, started_at = ?, stopped_at = ?, released_at = ?, "
           "generation = ?, security_group = ?, spend_limit = ?, spend_warned = ?, billing_mode = ?, expires_at = ?, "
           "renewal_tried_for = ?, autostop_idle_minutes = ?, autostop_below_percent = ?, idle_since = ?, busy_reason = ?, "
-          "stop_at = ?, release_after_stopped_days = ?, schedule_warned = ?, schedule_at = ? "
+          "stop_at = ?, release_after_stopped_days = ?, schedule_warned = ?, schedule_at = ?, term_anchor = ? "
           "WHERE id = ? AND state = ? AND generation = ?",
           {i.name, std::string(to_string(i.state)), i.state_reason, i.host_id, i.gpu_model, i.gpu_count, i.cpu, i.memory_gib,
            i.no_gpu, keys_text(i.ssh_keys), i.auto_renew, i.price_per_hour, i.ipv4, i.host_key, i.container_id, i.cpus_capped,
            i.run_seconds, i.charged, micros(i.started_at), micros(i.stopped_at), micros(i.released_at), i.generation,
            i.security_group_id, i.spend_limit, i.spend_warned, i.billing_mode, micros(i.expires_at),
            micros(i.renewal_tried_for), autostop_minutes(i), autostop_percent(i), micros(i.idle_since), i.busy_reason,
-           micros(i.stop_at), release_days(i), i.schedule_warned, micros(plan_schedule(db, i)), id,
+           micros(i.stop_at), release_days(i), i.schedule_warned, micros(plan_schedule(db, i)), micros(i.term_anchor), id,
            std::string(to_string(state)), generation});
       !s)
     return s;
@@ -408,6 +411,38 @@ json::value degraded_json(const Instance& i) {
 }
 }  // namespace
 
+namespace {
+// No compute is charged while the platform is at fault: a run whose GPU is lost stops
+// accruing until every GPU it holds is usable again; the resumption writes a zero charge on
+// the instance that says why, so usage and the ledger explain the gap.
+Status follow_gpu_health_in_billing(store::Database& db, const Instance& holder, bool lost, const std::string& what,
+                                    std::optional<SysTime> lost_since, SysTime now) {
+  if (lost) {
+    if (auto s = billing::close_run(db, holder.id, now, now); !s) return s;
+    return events::record(db, now, "instance.billing_paused", holder.id, holder.owner,
+                          "instance " + holder.name + " is not charged while " + what,
+                          json::object{{"name", holder.name}});
+  }
+  if (holder.degraded()) return ok();  // another of its GPUs is still lost
+  if (auto s = billing::open_run(db, holder.id, holder.owner, holder.no_gpu || holder.gpu_count == 0,
+                                 holder.price_per_hour, now);
+      !s)
+    return s;
+  const std::int64_t seconds =
+      lost_since ? std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::seconds>(now - *lost_since).count()) : 0;
+  auto account = billing::account_of_user(db, holder.owner);
+  if (!account) return fail(account.error());
+  billing::NewEntry note{billing::EntryKind::charge, 0, holder.owner, holder.id, std::string("compute"), 0,
+                         "not charged: " + std::to_string(seconds) + " s of " + holder.name +
+                             " while its GPU was lost (the platform's fault)"};
+  if (auto e = billing::post_entry(db, account->id, note, now); !e) return fail(e.error());
+  return events::record(db, now, "instance.billing_resumed", holder.id, holder.owner,
+                        "instance " + holder.name + " is charged again: its GPUs are usable (" + std::to_string(seconds) +
+                            " s not charged)",
+                        json::object{{"name", holder.name}, {"not_charged_seconds", seconds}});
+}
+}  // namespace
+
 Status record_gpu_changes(store::Database& db, const std::string& host_id, const std::string& host_name,
                           const std::vector<market::GpuChange>& changes, SysTime now) {
   for (const auto& c : changes) {
@@ -449,7 +484,7 @@ Status record_gpu_changes(store::Database& db, const std::string& host_id, const
     std::string message = "instance " + holder->name + ": " + what;
     if (lost) {
       const bool runs = holder->state == InstanceState::running || holder->state == InstanceState::starting;
-      if (runs) message += holder->billing_mode == "hourly" ? "; it keeps running and billing (stop it to stop billing)"
+      if (runs) message += holder->billing_mode == "hourly" ? "; it keeps running, and is not charged until the GPU is back"
                                                             : "; it keeps running";
       message += "; a start takes other free GPUs while this one is gone";
     }
@@ -457,6 +492,8 @@ Status record_gpu_changes(store::Database& db, const std::string& host_id, const
                                 message, std::move(data));
         !s)
       return s;
+    if (holder->state == InstanceState::running && holder->billing_mode == "hourly")
+      if (auto s = follow_gpu_health_in_billing(db, *holder, lost, what, c.lost_at, now); !s) return s;
   }
   return ok();
 }

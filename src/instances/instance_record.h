@@ -88,6 +88,9 @@ struct Instance {
   // A subscription's paid term (weekly, monthly): from its first `running` to expires_at.
   std::optional<SysTime> expires_at;
   std::optional<SysTime> renewal_tried_for;
+  // The first `running` of a subscription: its terms end at anchor + k weeks or months, so a
+  // monthly term keeps the anchor's day (31 Jan → 28 Feb → 31 Mar).
+  std::optional<SysTime> term_anchor;
   // Cost control (instances/schedules.h). Autostop: stop after idle_minutes with every GPU
   // (no GPU or simulated ones: the CPU) below below_percent.
   struct Autostop {

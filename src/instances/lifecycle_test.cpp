@@ -5,6 +5,8 @@
 #include <deque>
 
 #include "billing/ledger.h"
+#include "billing/meters.h"
+#include "billing/resource_meters.h"
 #include <filesystem>
 #include <memory>
 
@@ -544,7 +546,14 @@ TEST_F(LifecycleTest, AGpuLostWhileRunningIsRecordedOnceAndClearedWhenItIsBack) 
   EXPECT_EQ(lost[0].data.at("health").as_string(), "missing");
   EXPECT_NE(lost[0].message.find("GPU GPU-sim-0 (RTX 4090, last seen as GPU 0) is missing from host node-1"), std::string::npos)
       << lost[0].message;
-  EXPECT_NE(lost[0].message.find("keeps running and billing"), std::string::npos) << lost[0].message;
+  EXPECT_NE(lost[0].message.find("is not charged until the GPU is back"), std::string::npos) << lost[0].message;
+  // The platform is at fault: the run stops accruing at once (its meter closes, settled).
+  auto compute_open = [&] {
+    auto m = store_->write_now([&](store::Database& db) { return billing::load_meter(db, id, billing::MeterKind::compute); });
+    return m && *m && (*m)->open_since.has_value();
+  };
+  EXPECT_FALSE(compute_open()) << "no compute accrues while its GPU is lost";
+  EXPECT_EQ(events_of_type("instance.billing_paused").size(), 1u);
   auto operator_lost = events_of_type("host.gpu_lost");
   ASSERT_EQ(operator_lost.size(), 1u);
   EXPECT_FALSE(operator_lost[0].user) << "the operator's";
@@ -573,6 +582,14 @@ TEST_F(LifecycleTest, AGpuLostWhileRunningIsRecordedOnceAndClearedWhenItIsBack) 
   EXPECT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
   EXPECT_EQ(events_of_type("host.gpu_lost").size(), 1u);
 
+  // An hour passes while it is lost: nothing of it is charged, and a reconcile does not reopen it.
+  const std::int64_t charged_at_loss = load(id).charged;
+  advance(std::chrono::seconds(3600));
+  reconcile_once();
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return billing::reconcile_meters(db, clock_->now()); }));
+  EXPECT_FALSE(compute_open()) << "the start-up reconcile leaves a lost GPU's run unbilled";
+  EXPECT_EQ(load(id).charged, charged_at_loss);
+
   // Healthy again with the same UUID: cleared, with an event each.
   for (int n = 0; n < 3; ++n) reporter_->beat({gpu(0, "GPU-sim-0"), gpu(1, "GPU-sim-1")});
   ASSERT_TRUE(pump([&] { return events_of_type("instance.gpu_recovered").size() == 1; }));
@@ -584,6 +601,20 @@ TEST_F(LifecycleTest, AGpuLostWhileRunningIsRecordedOnceAndClearedWhenItIsBack) 
   EXPECT_EQ(view_of(id).at("gpus").as_array()[0].at("health").as_string(), "ok");
   EXPECT_EQ(load(id).state, S::running);
   EXPECT_EQ(events_of_type("instance.gpu_lost").size(), 1u);
+  EXPECT_TRUE(compute_open()) << "charged again once every GPU it holds is usable";
+  auto resumed = events_of_type("instance.billing_resumed");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_GE(resumed[0].data.at("not_charged_seconds").as_int64(), 3599);  // whole seconds of the hour it was lost
+  // The ledger says why: a zero charge on the instance naming the time not charged.
+  auto notes = store_->write_now([&](store::Database& db) -> Result<std::int64_t> {
+    auto r = db.one("SELECT COUNT(*) FROM ledger_entries WHERE resource = ? AND amount = 0 AND description LIKE "
+                    "'not charged:%'",
+                    {id});
+    if (!r) return fail(r.error());
+    return (*r)->int64(0);
+  });
+  ASSERT_TRUE(notes);
+  EXPECT_EQ(*notes, 1);
 
   // A second loss is a new one.
   reporter_->beat({gpu(0, "GPU-sim-0", "Xid 79: fell off the bus"), gpu(1, "GPU-sim-1")});

@@ -3,10 +3,12 @@
 #include <algorithm>
 
 #include "billing/ledger.h"
+#include "billing/meters.h"
 #include "billing/resource_meters.h"
 #include "billing/subscriptions.h"
 #include "disks/disk_actions.h"
 #include "instances/system_disk.h"
+#include "market/prices.h"
 #include "market/reservations.h"
 #include "monitoring/series.h"
 
@@ -47,14 +49,30 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
     next.started_at.reset();
     next.stopped_at = end;
   }
-  if (to == InstanceState::running && from != InstanceState::running) next.started_at = now;
-  // A subscription's paid term starts at its first `running`.
+  if (to == InstanceState::running && from != InstanceState::running) {
+    next.started_at = now;
+    // A run bills at the price of the moment it starts, whichever way it got here (a start,
+    // a restart, a repair): the operator's new prices apply from the next run.
+    if (next.billing_mode == "hourly") {
+      auto prices = market::load_prices(db);
+      if (!prices) return fail(prices.error());
+      const bool gpu_run = !next.no_gpu && next.gpu_count > 0;
+      if (auto price = market::hourly_price(*prices, gpu_run ? next.gpu_model : std::nullopt, gpu_run ? next.gpu_count : 0);
+          price > 0)
+        next.price_per_hour = price;
+    }
+  }
+  // A subscription's paid term starts at its first `running`, the anchor of all its terms.
   if (to == InstanceState::running && next.billing_mode != "hourly" && !next.expires_at) {
     auto end = billing::term_end(db, now, next.billing_mode);
     if (!end) return fail(end.error());
     next.expires_at = *end;
+    next.term_anchor = now;
     db.note_billing_change(billing::account_id_for_user(next.owner));  // its renewal and expiry are planned
   }
+  // A create that failed never ran: its subscription is paid back in full and its system
+  // disk bills nothing (the meter closes where it opened).
+  const bool never_ran = from == InstanceState::creating && to == InstanceState::error;
   if ((to == InstanceState::stopped || to == InstanceState::error) && !run_ends) next.stopped_at = now;
   if (to == InstanceState::released) next.released_at = now;
   // Cost control restarts with each run and each stop: idleness is judged afresh from the
@@ -75,13 +93,24 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   // subscription's compute is paid up front, so it has no compute meter.
   if (run_ends)
     if (auto s = billing::close_run(db, loaded.id, *next.stopped_at, now); !s) return s;
-  if (to == InstanceState::running && from != InstanceState::running && loaded.billing_mode == "hourly")
+  // A run on a lost GPU accrues nothing until it is back (instance_record.cpp,
+  // follow_gpu_health_in_billing): the platform is at fault.
+  if (to == InstanceState::running && from != InstanceState::running && loaded.billing_mode == "hourly" &&
+      !next.degraded())
     if (auto s = billing::open_run(db, loaded.id, loaded.owner, next.no_gpu || next.gpu_count == 0, next.price_per_hour,
                                    *next.started_at);
         !s)
       return s;
   if (to == InstanceState::released)
     if (auto s = billing::follow_system_disk(db, loaded.id, loaded.owner, std::nullopt, now); !s) return s;
+  if (never_ran) {
+    if (auto s = billing::close_meter(db, loaded.id, billing::MeterKind::system_disk, loaded.created_at, now); !s) return s;
+    if (auto r = billing::refund_subscription(db, next, now, "the instance never ran (" + change.reason + ")"); !r)
+      return fail(r.error());
+  }
+  // Released early: the unused part of its paid terms goes back (billing/subscriptions.h).
+  if (to == InstanceState::releasing && from != InstanceState::releasing && loaded.billing_mode != "hourly")
+    if (auto r = billing::refund_subscription(db, next, now, "released early"); !r) return fail(r.error());
 
   // Reservations and ports follow the state (releasing keeps both until the container is gone);
   // a subscription inside its paid term keeps its GPUs while stopped.

@@ -167,4 +167,10 @@ Result<PriceTable> prices_from_json(const json::object& body, const std::vector<
   return t;
 }
 
+std::int64_t hourly_price(const PriceTable& table, const std::optional<std::string>& model, int gpus) {
+  if (!model || gpus == 0) return table.no_gpu_per_hour;
+  auto it = table.gpus.find(*model);
+  return it == table.gpus.end() ? 0 : it->second.per_gpu_hour * gpus;
+}
+
 }  // namespace gpucloud::market

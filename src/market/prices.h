@@ -4,6 +4,7 @@
 // config on first start; the operator changes it with PUT /admin/prices.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <boost/json/object.hpp>
@@ -30,6 +31,9 @@ struct PriceTable {
 // Writes config prices for what the store does not have yet; existing prices are kept.
 Status seed_prices(store::Database& db, const config::Config& config);
 Result<PriceTable> load_prices(store::Database& db);
+// The hourly price of `gpus` GPUs of `model` (no model or 0 GPUs: the no-GPU price); 0 for a
+// model the table has no price for.
+std::int64_t hourly_price(const PriceTable& table, const std::optional<std::string>& model, int gpus);
 Status save_prices(store::Database& db, const PriceTable& table);
 
 boost::json::object prices_json(const PriceTable& table, const std::string& currency);

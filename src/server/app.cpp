@@ -204,7 +204,7 @@ asio::awaitable<Response> App::handle(Request& request) {
   static const std::string kUnmatched = "unmatched";
   auto started = std::chrono::steady_clock::now();
   const std::string* route_name = &kUnmatched;  // a route's pattern: bounded labels, no raw path
-  RequestContext ctx{*this, request, std::nullopt, nullptr};
+  RequestContext ctx{*this, request, std::nullopt, nullptr, {}};
   Response response;
   try {
     // HEAD is answered by the GET route (the server sends its head only).
@@ -298,7 +298,8 @@ Result<store::IdempotencyScope> App::idempotency_scope(RequestContext& ctx, std:
   if (!store::is_valid_idempotency_key(key))
     return fail(ErrorCode::invalid_argument, "Idempotency-Key: must be 1-255 printable ASCII characters");
   std::string user = ctx.principal ? ctx.principal->user.id : "";
-  return store::IdempotencyScope{user, ctx.request.method, ctx.request.path, std::move(key),
+  const std::string& path = ctx.idempotency_resource.empty() ? ctx.request.path : ctx.idempotency_resource;
+  return store::IdempotencyScope{user, ctx.request.method, path, std::move(key),
                                  auth::keyed_hash(body_hash_key_, ctx.request.body)};
 }
 

@@ -48,6 +48,10 @@ struct RequestContext {
   Request& request;
   std::optional<auth::Principal> principal;  // set on every route that is not public
   std::shared_ptr<IdempotencyHold> idempotency_hold;
+  // What an Idempotency-Key is scoped to, when the path names a resource that a name or an id
+  // can both reach (`/admin/users/bob/credit` and `/admin/users/u-1/credit` are one resource):
+  // the handler sets it to the path with the resolved id. Empty: the request's path.
+  std::string idempotency_resource;
   bool via_cookie = false;  // authenticated by the browser's session cookie, not a bearer token
 
   const auth::Principal& caller() const { return *principal; }

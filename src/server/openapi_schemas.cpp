@@ -525,7 +525,10 @@ json::object component_schemas() {
   s["BillingAlert"] = answer({{"threshold", money}, {"webhook_url", nullable(str("Gets one POST per downward crossing"))}});
   s["BillingAccount"] = answer({{"id", str("ba-...")},
                                 {"kind", one_of({"user", "group"})},
-                                {"balance", money},
+                                {"balance", integer("Live balance, smallest unit: the ledger's balance less what "
+                                                    "running meters have accrued and not yet settled")},
+                                {"settled_balance", integer("The ledger's balance (the sum of its entries)")},
+                                {"unsettled", integer("Accrued by open meters, not yet settled (smallest unit)")},
                                 {"currency", str("ISO 4217, e.g. CNY")},
                                 {"state", one_of({"ok", "low", "arrears"})},
                                 {"alert", nullable_ref("BillingAlert")},
@@ -568,6 +571,7 @@ json::object component_schemas() {
                            {"credits", money},
                            {"charges", with(json::object{{"type", "object"}}, "additionalProperties", integer())},
                            {"charges_total", money},
+                           {"refunds", integer("Refunds, netted in charges")},
                            {"closing_balance", money},
                            {"lines", array_of(ref("StatementLine"))}});
   s["UsageItem"] = object({{"resource", str()},
@@ -575,7 +579,8 @@ json::object component_schemas() {
                            {"quantity", json::object{{"type", "number"}}},
                            {"unit", one_of({"second", "gib_hour"})},
                            {"amount", money},
-                           {"day", str("YYYY-MM-DD in billing_timezone (group_by=day)")}},
+                           {"day", str("YYYY-MM-DD in billing_timezone (group_by=day)")},
+                           {"notes", array_of(str("Why time was not charged (e.g. a lost GPU)"))}},
                           {"resource", "kind", "quantity", "unit", "amount"});
   s["UsageList"] = answer({{"items", array_of(ref("UsageItem"))}, {"next_cursor", nullable(str())}, {"currency", str()}});
   s["IdleItem"] = answer({{"resource", str()},
@@ -603,9 +608,15 @@ json::object component_schemas() {
   s["RevenueSummary"] = answer({{"month", str()},
                                 {"timezone", str()},
                                 {"currency", str()},
-                                {"revenue", money},
+                                {"revenue", integer("Charged and paid for: charged less the month's growth of arrears")},
+                                {"charged", integer("Charges net of refunds")},
                                 {"by_kind", with(json::object{{"type", "object"}}, "additionalProperties", integer())},
-                                {"credits", money}});
+                                {"refunds", integer("Refunds (already netted in charged)")},
+                                {"received", integer("Money received: credits")},
+                                {"credits", integer("Same as received")},
+                                {"adjustments", integer("The operator's negative credits (not revenue)")},
+                                {"arrears", integer("What users owed at the month's end (negative balances)")},
+                                {"arrears_change", integer("Growth of arrears over the month")}});
   s["AlertSet"] = object({{"threshold", with(integer("Alert when the balance falls below it"), "minimum", 0)},
                           {"webhook_url", nullable(str("http(s); private and loopback targets refused unless allowed"))}},
                          {"threshold"});

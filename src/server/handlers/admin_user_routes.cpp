@@ -4,6 +4,8 @@
 #include "auth/credentials.h"
 #include "core/ids.h"
 #include "billing/ledger.h"
+#include "instances/lifecycle.h"
+#include "policy/user_access.h"
 #include "server/app.h"
 #include "server/pagination.h"
 
@@ -71,15 +73,19 @@ asio::awaitable<Result<Response>> patch_user(RequestContext& ctx) {
     if (!r) co_return tl::unexpected(r.error());
     role = *r;
   }
-  auto effect = [id = ctx.param("id"), disabled = *disabled, role,
-                 self = ctx.caller().user.id](store::Database& db) -> Result<Response> {
+  auto kicks = std::make_shared<std::vector<std::string>>();
+  auto effect = [id = ctx.param("id"), disabled = *disabled, role, self = ctx.caller().user.id, kicks,
+                 now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
     auto user = auth::find_user(db, id);
     if (!user) return tl::unexpected(user.error());
     if (!*user) return fail(ErrorCode::not_found, "user " + id + " not found");
     if ((*user)->id == self && ((disabled && *disabled) || (role && *role != "admin")))
       return fail(ErrorCode::conflict, "an operator cannot disable or demote their own account");
     if (disabled) {
-      if (auto s = auth::set_user_disabled(db, (*user)->id, *disabled); !s) return tl::unexpected(s.error());
+      // Disabling also stops what the user can no longer stop themselves (policy/user_access.h).
+      auto change = policy::set_user_disabled(db, (*user)->id, *disabled, now);
+      if (!change) return tl::unexpected(change.error());
+      *kicks = std::move(change->instances_to_kick);
       (*user)->disabled = *disabled;
     }
     if (role) {
@@ -90,6 +96,8 @@ asio::awaitable<Result<Response>> patch_user(RequestContext& ctx) {
   };
   auto response = co_await ctx.app.store().write(std::move(effect));
   ctx.app.invalidate_auth_cache();  // a disabled user's tokens fail from the next request
+  if (response)
+    for (const auto& id : *kicks) ctx.app.instances().kick(id);
   co_return response;
 }
 

@@ -4,6 +4,7 @@
 #include "api/json_input.h"
 #include "auth/accounts.h"
 #include "billing/ledger.h"
+#include "billing/meters.h"
 #include "billing/reports.h"
 #include "billing/webhook_sender.h"
 #include "server/app.h"
@@ -32,10 +33,13 @@ Result<std::optional<SysTime>> parse_time_param(const std::map<std::string, std:
 Result<TimeZone> billing_zone(const App& app) { return TimeZone::load(app.config().billing_timezone); }
 
 asio::awaitable<Result<Response>> get_account(RequestContext& ctx) {
-  auto read = [user = ctx.caller().user.id, currency = ctx.app.config().currency](store::Database& db) -> Result<json::object> {
+  auto read = [user = ctx.caller().user.id, currency = ctx.app.config().currency,
+               now = ctx.app.clock().now()](store::Database& db) -> Result<json::object> {
     auto account = billing::account_of_user(db, user);
     if (!account) return fail(account.error());
-    return billing::account_json(*account, currency);
+    auto pending = billing::unsettled_of_account(db, account->id, now);
+    if (!pending) return fail(pending.error());
+    return billing::account_json(*account, currency, *pending);
   };
   auto doc = co_await ctx.app.store().read(std::move(read));
   if (!doc) co_return tl::unexpected(doc.error());
@@ -137,16 +141,18 @@ asio::awaitable<Result<Response>> put_alert(RequestContext& ctx) {
     auto parsed = billing::parse_webhook_url(**url, ctx.app.config().alerts.allow_private_webhook_targets);
     if (!parsed) co_return tl::unexpected(parsed.error());
   }
-  auto write = [user = ctx.caller().user.id, t = **threshold, u = *url,
-                currency = ctx.app.config().currency](store::Database& db) -> Result<json::object> {
+  auto write = [user = ctx.caller().user.id, t = **threshold, u = *url, currency = ctx.app.config().currency,
+                now = ctx.app.clock().now()](store::Database& db) -> Result<json::object> {
     auto account = billing::account_of_user(db, user);
     if (!account) return fail(account.error());
     std::optional<std::string> hook;
     if (u && !u->empty()) hook = *u;
-    if (auto s = billing::set_alert(db, account->id, t, hook); !s) return fail(s.error());
-    auto now = billing::load_account(db, account->id);
-    if (!now) return fail(now.error());
-    return billing::account_json(*now, currency);
+    auto pending = billing::unsettled_of_account(db, account->id, now);
+    if (!pending) return fail(pending.error());
+    if (auto s = billing::set_alert(db, account->id, t, hook, *pending, user, now); !s) return fail(s.error());
+    auto updated = billing::load_account(db, account->id);
+    if (!updated) return fail(updated.error());
+    return billing::account_json(*updated, currency, *pending);
   };
   auto doc = co_await ctx.app.store().write(std::move(write));
   if (!doc) co_return tl::unexpected(doc.error());
@@ -154,10 +160,10 @@ asio::awaitable<Result<Response>> put_alert(RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> delete_alert(RequestContext& ctx) {
-  auto write = [user = ctx.caller().user.id](store::Database& db) -> Status {
+  auto write = [user = ctx.caller().user.id, now = ctx.app.clock().now()](store::Database& db) -> Status {
     auto account = billing::account_of_user(db, user);
     if (!account) return fail(account.error());
-    return billing::set_alert(db, account->id, std::nullopt, std::nullopt);
+    return billing::set_alert(db, account->id, std::nullopt, std::nullopt, 0, user, now);
   };
   if (auto s = co_await ctx.app.store().write(std::move(write)); !s) co_return tl::unexpected(s.error());
   co_return empty_response(204);
@@ -178,7 +184,17 @@ asio::awaitable<Result<Response>> credit_user(RequestContext& ctx) {
   auto note = api::optional_string(*body, "note");
   if (!note) co_return tl::unexpected(note.error());
   if (*note && (*note)->size() > 500) co_return fail(ErrorCode::invalid_argument, "note: at most 500 characters");
-  auto effect = [id = ctx.param("id"), a = **amount, n = note->value_or(""), now = ctx.app.clock().now(),
+  // The key's scope is the user, however the path names them (name or id): resolved first.
+  auto resolve = [id = ctx.param("id")](store::Database& db) -> Result<std::string> {
+    auto user = auth::find_user(db, id);
+    if (!user) return fail(user.error());
+    if (!*user) return fail(ErrorCode::not_found, "no user " + id);
+    return (*user)->id;
+  };
+  auto resolved = co_await ctx.app.store().read(std::move(resolve));
+  if (!resolved) co_return tl::unexpected(resolved.error());
+  ctx.idempotency_resource = "/api/v1/admin/users/" + *resolved + "/credit";
+  auto effect = [id = *resolved, a = **amount, n = note->value_or(""), now = ctx.app.clock().now(),
                  by = ctx.caller().user.username](store::Database& db) -> Result<Response> {
     auto user = auth::find_user(db, id);
     if (!user) return fail(user.error());

@@ -5,6 +5,7 @@
 #include "core/fault_points.h"
 #include "core/ids.h"
 #include "disks/disk_actions.h"
+#include "disks/disk_record.h"
 #include "server/app.h"
 #include "server/pagination.h"
 
@@ -193,6 +194,14 @@ asio::awaitable<Result<Response>> snapshot_disk(RequestContext& ctx) {
   auto name = parse_snapshot(ctx.request.body);
   if (!name) co_return tl::unexpected(co_await body_error(ctx, name.error()));
   std::string id = new_id("snap");
+  // An Idempotency-Key is scoped to the disk, whether the path names it or gives its id.
+  auto resolve = [owner = ctx.caller().user.id, disk = ctx.param("id")](store::Database& db) -> Result<std::string> {
+    auto d = disks::find_owned_disk(db, owner, disk);
+    if (!d) return fail(d.error());
+    return d->id;
+  };
+  if (auto resolved = co_await app.store().read(std::move(resolve)))
+    ctx.idempotency_resource = "/api/v1/disks/" + *resolved + "/snapshots";
   auto effect = [&app, name = *name, id, actor = ctx.actor(), disk = ctx.param("id"), now = app.clock().now()](
                     store::Database& db) -> Result<Response> {
     auto s = disks::snapshot_disk(db, app.config(), actor, disk, id, name, now);

@@ -4,6 +4,7 @@
 // recycle bin; POST /images/{id}/restore takes it out. The rules are instances/image_actions.h.
 #include "api/json_input.h"
 #include "core/ids.h"
+#include "instances/actions.h"
 #include "instances/image_actions.h"
 #include "instances/images.h"
 #include "server/app.h"
@@ -54,6 +55,14 @@ asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
     co_return fail(ErrorCode::invalid_argument, "description: at most 1000 characters");
   instances::SaveImageRequest request{name->value_or(""), description->value_or("")};
   std::string image_id = new_id("img");
+  // An Idempotency-Key is scoped to the instance, whether the path names it or gives its id.
+  auto resolve = [actor = ctx.actor(), instance = ctx.param("id")](store::Database& db) -> Result<std::string> {
+    auto i = instances::find_for(db, actor, instance);
+    if (!i) return fail(i.error());
+    return i->id;
+  };
+  if (auto resolved = co_await app.store().read(std::move(resolve)))
+    ctx.idempotency_resource = "/api/v1/instances/" + *resolved + "/images";
   auto effect = [&app, request, image_id, actor = ctx.actor(), instance = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto image = instances::begin_save_image(db, app.config(), actor, instance, request, image_id, now);

@@ -15,6 +15,7 @@
 #include "instances/ssh_keys.h"
 #include "market/prices.h"
 #include "market/reservations.h"
+#include "billing/meters.h"
 #include "server/app.h"
 #include "server/pagination.h"
 
@@ -280,6 +281,26 @@ Result<std::pair<CreateSpec, std::optional<std::string>>> parse_create(const jso
   return std::make_pair(std::move(s), *password);
 }
 
+// `charged` as the console shows it: the cost so far, the running run's accrual included
+// (what a settlement now would charge), not only what the last settlement charged.
+Result<Instance> with_live_charge(store::Database& db, Result<Instance> i, SysTime now) {
+  if (!i || i->state != instances::InstanceState::running) return i;
+  auto cost = billing::compute_cost_at(db, i->id, now);
+  if (!cost) return fail(cost.error());
+  i->charged = *cost;
+  return i;
+}
+Result<std::vector<Instance>> with_live_charges(store::Database& db, Result<std::vector<Instance>> all, SysTime now) {
+  if (!all) return all;
+  for (auto& i : *all) {
+    if (i.state != instances::InstanceState::running) continue;
+    auto cost = billing::compute_cost_at(db, i.id, now);
+    if (!cost) return fail(cost.error());
+    i.charged = *cost;
+  }
+  return all;
+}
+
 Response instance_response(App& app, int status, const Instance& i) {
   auto& svc = app.instances();
   return json_response(status, instances::instance_json(i, svc.view(), svc.run_seconds_now(i)));
@@ -336,7 +357,9 @@ asio::awaitable<Result<Response>> list_for(RequestContext& ctx, bool everyone) {
     if (!state)
       co_return fail(ErrorCode::invalid_argument, "state: must be one of creating, running, stopping, stopped, starting, releasing, released, error");
   }
-  auto read = [owner, state, with_released](store::Database& db) { return instances::list_instances(db, owner, state, with_released); };
+  auto read = [owner, state, with_released, now = ctx.app.clock().now()](store::Database& db) {
+    return with_live_charges(db, instances::list_instances(db, owner, state, with_released), now);
+  };
   auto all = co_await ctx.app.store().read(std::move(read));
   if (!all) co_return tl::unexpected(all.error());
   auto& svc = ctx.app.instances();
@@ -349,7 +372,9 @@ asio::awaitable<Result<Response>> list(RequestContext& ctx) { co_return co_await
 asio::awaitable<Result<Response>> list_all(RequestContext& ctx) { co_return co_await list_for(ctx, true); }
 
 asio::awaitable<Result<Response>> get(RequestContext& ctx) {
-  auto read = [actor = ctx.actor(), id = ctx.param("id")](store::Database& db) { return instances::find_for(db, actor, id); };
+  auto read = [actor = ctx.actor(), id = ctx.param("id"), now = ctx.app.clock().now()](store::Database& db) {
+    return with_live_charge(db, instances::find_for(db, actor, id), now);
+  };
   auto i = co_await ctx.app.store().read(std::move(read));
   if (!i) co_return tl::unexpected(i.error());
   co_return instance_response(ctx.app, 200, *i);
