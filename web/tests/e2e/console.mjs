@@ -183,6 +183,32 @@ async function main() {
   if (proxied.status === 200) check(proxied.text.includes('hello-proxy'), 'the web server in the instance answered through the proxy');
   else skipStep('web service through the proxy', `GET /api/v1/instances/{id}/proxy/8000/ answered ${proxied.status}: the port proxy is not in this gpucloudd yet`);
 
+  // --- "notify me" on a sold-out model (the server's market watches) ---------------------
+  const watchesAnswer = await page.evaluate(async () => (await fetch('/api/v1/market/watches')).status);
+  if (watchesAnswer !== 200) skipStep('notify me on a sold-out model', `GET /api/v1/market/watches answered ${watchesAnswer}: no market watches in this gpucloudd yet`);
+  else {
+    const token = await login(base, user1.username, user1.password);
+    const model = inst.gpu_model;
+    const free = (await api(base, 'GET', '/market', { token })).json.items.find((o) => o.gpu_model === model && o.zone === inst.zone).gpus_free;
+    const fillers = [];
+    for (let i = 0; i < free; i++) {
+      const r = await api(base, 'POST', '/instances', { token, body: { name: `fill-${suffix}-${i}`, gpu_model: model, gpu_count: 1, zone: inst.zone } });
+      check(r.status === 202, `took a free ${model} (${r.status})`);
+      fillers.push(r.json?.id);
+    }
+    await goto(page, '/market');
+    const card = page.getByRole('listitem', { name: `${model} · ${inst.zone}` });
+    await card.getByText('Sold out').waitFor();
+    await card.getByRole('button', { name: 'Notify me' }).click();
+    await page.getByText(`We will tell you when a ${model} frees up.`).waitFor();
+    check(true, `asked to be notified about ${model}`);
+    const since = (await api(base, 'GET', '/events', { token })).json.items.reduce((m, e) => Math.max(m, e.seq), 0);
+    for (const f of fillers) await api(base, 'DELETE', `/instances/${f}`, { token });
+    const fired = await until('a market.gpu_available event', async () =>
+      (await api(base, 'GET', `/events?since_seq=${since}`, { token })).json.items.find((e) => e.type === 'market.gpu_available'), 60000).catch(() => null);
+    check(!!fired, `a ${model} freed up and the watch fired (${fired?.message ?? 'no event'})`);
+  }
+
   // --- time passes, then stop (the confirmation names the disk that keeps billing) ------
   if (testClock) {
     const admin = await login(base, 'admin', adminPassword);
