@@ -286,6 +286,8 @@ async function main() {
     const text = await page.locator('body').innerText();
     const left = untranslated(text, dict);
     check(left.length === 0, `中文 ${path}: no English string of the console${left.length ? ': ' + left.join('; ') : ''}`);
+    const v = await axe(page, axeSource);
+    check(v.length === 0, `axe (中文): no serious or critical violations on ${path}${v.length ? '\n    ' + v.join('\n    ') : ''}`);
     await shot(page, file, 'zh');
   }
   await page.reload();
