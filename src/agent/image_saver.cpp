@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent_state.h"
+#include "core/fault_points.h"
 
 namespace gpucloud::agent {
 
@@ -112,9 +113,35 @@ awaitable<Result<json::object>> ImageSaver::sizes(std::string ref, std::string b
                          {"base_size_bytes", base_size}};
 }
 
+awaitable<Status> ImageSaver::sweep(std::string image_id) {
+  std::map<std::string, std::string> filter{{std::string(kImageSaveLabel), installation_id_}};
+  if (!image_id.empty()) filter[std::string(kImageLabel)] = image_id;
+  // Containers first: an image a container was made from cannot be removed.
+  auto containers = co_await driver_.list(filter);
+  if (!containers) co_return fail(std::move(containers.error()));
+  for (const auto& c : *containers) {
+    if (auto s = co_await driver_.remove(c.id); !s) co_return s;
+    spdlog::info(R"({{"event":"image_save_leftover_removed","container":"{}"}})", c.id);
+  }
+  auto images = co_await driver_.list_images(filter);
+  if (!images) {
+    if (images.error().code == ErrorCode::unavailable && images.error().detail.find("does not list") != std::string::npos)
+      co_return ok();  // a runtime without image listing: nothing more to find
+    co_return fail(std::move(images.error()));
+  }
+  for (const auto& id : *images) {
+    if (auto s = co_await driver_.remove_image(id); !s) co_return s;
+    spdlog::info(R"({{"event":"image_save_leftover_removed","image":"{}"}})", id);
+  }
+  co_return ok();
+}
+
 awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveImageRequest r) {
-  // A repeat of a finished save.
-  if (auto done = co_await driver_.image_inspect(r.ref); done && *done) co_return co_await sizes(r.ref, r.base);
+  // A repeat of a finished save (what it died before removing goes now).
+  if (auto done = co_await driver_.image_inspect(r.ref); done && *done) {
+    if (auto s = co_await sweep(r.image_id); !s) co_return fail(std::move(s.error()));
+    co_return co_await sizes(r.ref, r.base);
+  }
   if (r.max_used_bytes > 0) {
     auto used = co_await driver_.system_disk_used(container_id);
     if (used && *used > r.max_used_bytes)
@@ -124,10 +151,17 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
   }
   auto [repo, tag] = split_ref(r.ref);
   const std::string raw_tag = tag + "-raw", raw_ref = repo + ":" + raw_tag;
+  // What an earlier attempt left (it died at any step: its raw copy, tagged or not since a
+  // second commit moved the tag, and its cleaner) goes before anything is made again.
+  if (auto s = co_await sweep(r.image_id); !s) co_return fail(std::move(s.error()));
+  // The intermediates carry kImageSaveLabel (sweep finds them by it); the final image not.
   std::map<std::string, std::string> labels{{std::string(kImageLabel), r.image_id}};
+  std::map<std::string, std::string> raw_labels = labels;
+  raw_labels[std::string(kImageSaveLabel)] = installation_id_;
   // 1. The system disk as it is (the engine pauses a running container for the commit).
-  auto raw = co_await driver_.commit(container_id, repo, raw_tag, labels);
+  auto raw = co_await driver_.commit(container_id, repo, raw_tag, raw_labels);
   if (!raw) co_return fail(std::move(raw.error()));
+  fault_point("agent.image_save.after_raw_commit");
   // 2. Cleaned by a short-lived container of its own.
   ContainerSpec cs;
   cs.name = "gpucloud-save-" + lower(installation_id_) + "-" + lower(r.image_id);
@@ -140,7 +174,7 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
   if (auto old = co_await driver_.inspect(cs.name); old && old->exists) (void)co_await driver_.remove(old->id);
   auto made = co_await driver_.create(cs);
   if (!made) {
-    (void)co_await driver_.remove_image(raw_ref);
+    (void)co_await sweep(r.image_id);
     co_return fail(std::move(made.error()));
   }
   const std::string cleaner = made->id;
@@ -157,6 +191,7 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
       co_return fail(ErrorCode::internal, "cleaning the saved image failed (exit " + std::to_string(ended->exit_code) +
                                               "): " + (log ? log->substr(0, 500) : std::string()));
     }
+    fault_point("agent.image_save.after_clean");
     // 3. The clean filesystem as REF, in one layer: a commit would stack it on REF-raw's
     // layer, where the deleted secrets would still be (under whiteouts, in every export).
     auto final_image = co_await driver_.flatten(cleaner, repo, tag, labels);
@@ -165,9 +200,11 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
   };
   out = co_await clean_and_commit();
   (void)co_await driver_.remove(cleaner);
-  // Nothing is built on REF-raw: removing its tag deletes its layer, secrets and all.
+  // Nothing is built on REF-raw: removing it deletes its layer, secrets and all.
   if (auto s = co_await driver_.remove_image(raw_ref); !s)
     spdlog::warn(R"({{"event":"image_raw_not_untagged","image":"{}","error":"{}"}})", raw_ref, s.error().detail);
+  if (auto s = co_await sweep(r.image_id); !s)
+    spdlog::warn(R"({{"event":"image_save_leftovers","image":"{}","error":"{}"}})", r.ref, s.error().detail);
   if (out) spdlog::info(R"({{"event":"image_saved","instance":"{}","image":"{}"}})", r.instance_id, r.ref);
   co_return out;
 }

@@ -19,6 +19,10 @@
 // bind mounts: never part of a commit. The init's inputs (/.gpucloud/config: keys, hash, host
 // key) are a bind mount too.
 // A repeat of a save that completed (same ref present) only reports the sizes.
+// Intermediates (REF-raw and the cleaner) carry kImageSaveLabel = the installation, and no
+// image or intermediate carries an instance's labels (the commit overrides them): a save
+// killed at any step leaves nothing that sweep() does not find and remove, at the agent's
+// next start or at the save's retry.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -53,6 +57,11 @@ class ImageSaver {
       : driver_(driver), installation_id_(std::move(installation_id)) {}
 
   boost::asio::awaitable<Result<boost::json::object>> save(std::string container_id, SaveImageRequest request);
+  // Removes the intermediates of this installation's saves (cleaner containers, raw copies,
+  // tagged or not: everything carrying kImageSaveLabel = the installation), of `image_id`'s
+  // save only when given. Every save sweeps its own before it starts and after it ends; the
+  // runtime sweeps all at its first command (a save killed at any step leaves nothing).
+  boost::asio::awaitable<Status> sweep(std::string image_id = "");
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
 
  private:

@@ -22,6 +22,10 @@ constexpr std::string_view kKnown[] = {
     "agent.ensure.before_firewall_apply",
     "agent.ensure.after_firewall_apply",
     "rebuild.after_commit",
+    // save-image (agent/image_saver.cpp): the raw commit (secrets and all) exists, no cleaner yet;
+    // the cleaner ran, the clean image not made yet
+    "agent.image_save.after_raw_commit",
+    "agent.image_save.after_clean",
     // network holders (agent/instance_runtime.cpp)
     "agent.holder.after_create",            // a pool holder created, not started, in no pool or record
     "agent.ensure.after_holder_recorded",   // the holder taken and in the instance's record, no container yet

@@ -3,6 +3,9 @@
 // no password hash; another user can neither see nor use it; delete hides it, restore
 // brings it back; on the test clock the recycle bin warns a day before and then purges it,
 // and its engine copy goes with its last instance.
+#include <cctype>
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include "support/capabilities.h"
@@ -65,6 +68,40 @@ class CustomImageTest : public ::testing::Test {
     auto r = daemon_.get("/api/v1/events?resource=" + resource, alice_);
     return r.status == 200 && r.body.find("\"" + type + "\"") != std::string::npos;
   }
+  bool has_unknown_container_event() const {
+    auto r = daemon_.get("/api/v1/events?limit=1000", daemon_.admin_token());
+    return r.body.find("\"host.unknown_container\"") != std::string::npos;
+  }
+  // What saves of this installation left on the engine: containers and images (tagged or
+  // not) carrying the intermediates' label, and images of `image_id` other than `final_ref`.
+  std::string save_leftovers(const std::string& image_id, const std::string& final_ref) const {
+    const std::string install = daemon_.installation_id();
+    auto filter = [](const std::string& label) {
+      std::string f = R"({"label":[")" + label + R"("]})", out;
+      for (char c : f) {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') out += c;
+        else {
+          char hex[4];
+          std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+          out += hex;
+        }
+      }
+      return out;
+    };
+    std::string found;
+    auto containers = json::parse(docker_api("GET", "/containers/json?all=1&filters=" + filter("gpucloud.image-save=" + install)));
+    for (const auto& c : containers.as_array()) found += "container " + std::string(c.at("Id").as_string()) + "\n";
+    for (const auto& label : {"gpucloud.image-save=" + install, "gpucloud.image=" + image_id}) {
+      auto images = json::parse(docker_api("GET", "/images/json?filters=" + filter(label)));
+      for (const auto& i : images.as_array()) {
+        bool is_final = false;
+        if (const auto* tags = i.as_object().if_contains("RepoTags"); tags && tags->is_array())
+          for (const auto& t : tags->as_array()) is_final = is_final || t.as_string() == final_ref;
+        if (!is_final) found += "image " + std::string(i.at("Id").as_string()) + " (" + label + ")\n";
+      }
+    }
+    return found;
+  }
   void advance(std::int64_t seconds) const {
     auto r = daemon_.post("/api/v1/admin/clock", {{"advance_seconds", seconds}}, daemon_.admin_token());
     ASSERT_EQ(r.status, 200) << r.body;
@@ -92,6 +129,15 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
   ASSERT_TRUE(wait_until([&] { return in_container(src, "grep -c gpucloud /root/.ssh/authorized_keys") == "2\n"; },
                          std::chrono::seconds(10), "the init's managed keys"));
   in_container(src, "mkdir -p /opt/tool && echo installed > /opt/tool/marker");
+  // A host key on the system disk itself, as an older init (or the user) left one: the save
+  // must delete it, or the check below could not fail (the init's key lives in the config
+  // directory, never on the system disk).
+  in_container(src, "cp /.gpucloud/config/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key && "
+                    "cp /.gpucloud/config/ssh_host_ed25519_key.pub /etc/ssh/ssh_host_ed25519_key.pub");
+  ASSERT_EQ(in_container(src, "ls /etc/ssh/ | grep -c ssh_host_"), "2\n") << "the planted host key";
+  // The positive control for the layer grep below: a marker only the system disk holds.
+  const std::string planted = "gpucloud-planted-" + random_suffix() + "-marker";
+  in_container(src, "echo " + planted + " > /opt/tool/planted");
 
   // Saved while running.
   auto saved = daemon_.post("/api/v1/instances/src/images", {{"name", "my-env"}, {"description", "with a tool"}}, alice_);
@@ -130,6 +176,16 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
   ASSERT_EQ(shell("wc -l < " + needles), "3\n") << shell("cat " + needles);
   ASSERT_EQ(shell("grep -c '^\\$' " + needles + " || true"), "1\n") << "the second needle is a password hash";
   EXPECT_EQ(shell("docker image inspect --format '{{len .RootFS.Layers}}' " + ref), "1\n") << "one flattened layer";
+  // No instance's labels on it (a container made from it would pass for that instance's).
+  const std::string labels = shell("docker image inspect --format '{{json .Config.Labels}}' " + ref);
+  EXPECT_EQ(labels.find("gpucloud.installation"), std::string::npos) << labels;
+  EXPECT_EQ(labels.find("gpucloud.instance"), std::string::npos) << labels;
+  EXPECT_EQ(labels.find("gpucloud.image-save"), std::string::npos) << labels;
+  EXPECT_FALSE(has_unknown_container_event()) << "the save's cleaner passed for an unknown container";
+  // The grep can find what a layer holds (layers are uncompressed tars in `docker save`): the
+  // planted marker is found, so "0" below is not a compressed layer passing vacuously.
+  EXPECT_NE(shell("docker save " + ref + " | grep -a -c -F " + planted + " || true"), "0\n")
+      << "the positive control: the planted marker must be found in the saved layers";
   EXPECT_EQ(shell("docker save " + ref + " | grep -a -c -F -f " + needles + " || true"), "0\n")
       << "a secret of the source is in the saved image's layers: "
       << shell("docker save " + ref + " | grep -a -o -F -f " + needles + " | sort | uniq -c");
@@ -189,6 +245,62 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
   EXPECT_TRUE(wait_until([&] { return docker_api("GET", "/images/" + ref + "/json").find("No such image") != std::string::npos; },
                          std::chrono::seconds(75), "the engine copy to be removed", std::chrono::milliseconds(500)));
 }
+
+// A save killed (-9) at any step leaves nothing behind once the daemon is back: the save
+// resumes from the start, and every intermediate of the dead attempt (the raw copy, which
+// holds root's hash and the keys, tagged or left dangling by the new attempt's commit, and
+// its cleaner container) is removed. The daemon's log proves the armed point fired.
+class CustomImageCrashTest : public CustomImageTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CustomImageCrashTest, DOCKER_ROOT_KillNineDuringASaveLeavesNoIntermediateImageOrContainer) {
+  GPUCLOUD_NEED_ENGINE();
+  const std::string point = GetParam();
+  const std::string key_dir = daemon_.dir() + "/key";
+  shell("mkdir -p " + key_dir + " && ssh-keygen -q -t ed25519 -N '' -f " + key_dir + "/id");
+  ASSERT_EQ(daemon_.post("/api/v1/ssh-keys", {{"name", "k1"}, {"public_key", shell("cat " + key_dir + "/id.pub")}}, alice_).status, 201);
+  ASSERT_EQ(daemon_.post("/api/v1/instances",
+                         {{"name", "src"}, {"gpu_count", 0}, {"ssh_keys", json::array{"k1"}}, {"password", "pw-123456789"}},
+                         alice_).status,
+            202);
+  auto src = daemon_.wait_for_state("src", "running", alice_);
+  ASSERT_EQ(src.at("state").as_string(), "running") << src;
+
+  daemon_.stop();
+  daemon_.start(point);
+  std::string id;
+  try {
+    auto saved = daemon_.post("/api/v1/instances/src/images", {{"name", "crashed"}}, alice_);
+    if (saved.status == 202) id = std::string(saved.json().at("id").as_string());
+  } catch (...) {
+    // the connection may die with the daemon
+  }
+  ASSERT_TRUE(daemon_.killed_at(point));
+  daemon_.start();
+  if (id.empty()) {
+    auto listed = daemon_.get("/api/v1/images", alice_).json();
+    for (const auto& i : listed.at("items").as_array())
+      if (i.at("name").as_string() == "crashed") id = std::string(i.at("id").as_string());
+  }
+  ASSERT_FALSE(id.empty()) << "the save was recorded before the crash";
+  ASSERT_TRUE(wait_until([&] { return image(id, alice_).at("state").as_string() != "creating"; }, std::chrono::minutes(3),
+                         "the resumed save to end", std::chrono::milliseconds(250)));
+  auto done = image(id, alice_);
+  ASSERT_EQ(done.at("state").as_string(), "available") << done;
+  const std::string ref(done.at("engine_image").as_string());
+  engine_images_.push_back(ref);
+  EXPECT_EQ(save_leftovers(id, ref), "") << "intermediates of the killed save are still on the engine";
+  const std::string labels = shell("docker image inspect --format '{{json .Config.Labels}}' " + ref);
+  EXPECT_EQ(labels.find("gpucloud.installation"), std::string::npos) << labels;
+  EXPECT_EQ(labels.find("gpucloud.instance"), std::string::npos) << labels;
+  EXPECT_FALSE(has_unknown_container_event()) << "the save's cleaner passed for an unknown container";
+}
+
+INSTANTIATE_TEST_SUITE_P(FaultPoints, CustomImageCrashTest,
+                         ::testing::Values("agent.image_save.after_raw_commit", "agent.image_save.after_clean"),
+                         [](const auto& info) {
+                           return std::string(info.param).find("raw") != std::string::npos ? std::string("after_raw_commit")
+                                                                                            : std::string("after_clean");
+                         });
 
 // A stopped instance is saved too; a releasing one is refused naming its state.
 TEST_F(CustomImageTest, DOCKER_ROOT_AStoppedInstanceIsSavedAndAReleasedOneIsRefused) {

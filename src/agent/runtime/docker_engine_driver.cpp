@@ -831,8 +831,19 @@ awaitable<Result<std::unique_ptr<TerminalSession>>> DockerEngineDriver::exec_tty
   co_return std::unique_ptr<TerminalSession>(std::move(session));
 }
 
+namespace {
+// Labels that say which installation, instance or save a container belongs to: never carried
+// into an image (a container made from it would look like another's, e.g. an unknown one).
+constexpr std::string_view kPerContainerLabels[] = {"gpucloud.installation", "gpucloud.instance",
+                                                     "gpucloud.network-holder", "gpucloud.image-save"};
+bool per_container_label(std::string_view key) {
+  return std::find(std::begin(kPerContainerLabels), std::end(kPerContainerLabels), key) != std::end(kPerContainerLabels);
+}
+}  // namespace
+
 awaitable<Result<json::object>> DockerEngineDriver::parent_config(std::string id,
-                                                                 std::map<std::string, std::string> labels) {
+                                                                 std::map<std::string, std::string> labels,
+                                                                 bool for_commit) {
   // The engine would merge the container's own config into the image (its env with this
   // instance's GPUs, its labels, the init as command). Start instead from the config of the
   // image the container came from, so a saved image looks like its parent plus the files.
@@ -847,7 +858,18 @@ awaitable<Result<json::object>> DockerEngineDriver::parent_config(std::string id
   if (const auto* c = object_at(image->if_object(), "Config")) config = *c;
   json::object merged_labels;
   if (const auto* l = config.if_contains("Labels"); l && l->is_object()) merged_labels = l->as_object();
+  for (const auto& key : kPerContainerLabels) merged_labels.erase(key);
   for (const auto& [k, v] : labels) merged_labels[k] = v;
+  if (for_commit) {
+    // The engine's commit adds every label of the container that the given config lacks
+    // (its installation's and instance's among them). It cannot drop one: those that are
+    // per-container are given empty, so they match no installation's filter.
+    if (const auto* own = object_at(object_at(container->if_object(), "Config"), "Labels")) {
+      for (const auto& [k, v] : *own) {
+        if (!merged_labels.contains(k) && per_container_label(std::string_view(k.data(), k.size()))) merged_labels[k] = "";
+      }
+    }
+  }
   config["Labels"] = std::move(merged_labels);
   if (!config.contains("Cmd") || config["Cmd"].is_null()) config["Cmd"] = json::array{"/bin/bash"};
   if (!config.contains("Entrypoint") || config["Entrypoint"].is_null()) config["Entrypoint"] = json::array{};
@@ -859,7 +881,7 @@ awaitable<Result<json::object>> DockerEngineDriver::parent_config(std::string id
 awaitable<Result<std::string>> DockerEngineDriver::commit(std::string id, std::string repo,
                                                           std::string tag,
                                                           std::map<std::string, std::string> labels) {
-  auto config = co_await parent_config(id, std::move(labels));
+  auto config = co_await parent_config(id, std::move(labels), true);
   if (!config) co_return fail(std::move(config.error()));
   std::string target = "/commit?container=" + url_encode(id) + "&repo=" + url_encode(repo) +
                        "&tag=" + url_encode(tag) + "&pause=true";
@@ -921,7 +943,7 @@ std::vector<std::string> DockerEngineDriver::import_changes(const json::object& 
 awaitable<Result<std::string>> DockerEngineDriver::flatten(std::string id, std::string repo,
                                                            std::string tag,
                                                            std::map<std::string, std::string> labels) {
-  auto config = co_await parent_config(id, std::move(labels));
+  auto config = co_await parent_config(id, std::move(labels), false);
   if (!config) co_return fail(std::move(config.error()));
   std::string import_target = "/images/create?fromSrc=-&repo=" + url_encode(repo) + "&tag=" + url_encode(tag);
   for (const auto& change : import_changes(*config)) import_target += "&changes=" + url_encode(change);
@@ -1001,6 +1023,23 @@ awaitable<Status> DockerEngineDriver::watch_events(std::map<std::string, std::st
     if (auto event = parse_event(line)) on_event(std::move(*event));
   };
   co_return co_await engine_.follow(std::move(target), std::move(on_line), std::move(connected));
+}
+
+awaitable<Result<std::vector<std::string>>> DockerEngineDriver::list_images(std::map<std::string, std::string> labels) {
+  json::array wanted;
+  for (const auto& [k, v] : labels) wanted.emplace_back(k + "=" + v);
+  // Untagged (dangling) images are listed too: a raw copy whose tag moved is one of them.
+  std::string target = "/images/json?all=0";
+  if (!wanted.empty()) target += "&filters=" + url_encode(json::serialize(json::object{{"label", std::move(wanted)}}));
+  auto res = co_await engine_.call(Method::get, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  std::vector<std::string> ids;
+  if (res->is_array()) {
+    for (const auto& entry : res->as_array()) {
+      if (auto id = string_at(entry.if_object(), "Id"); !id.empty()) ids.push_back(id);
+    }
+  }
+  co_return ids;
 }
 
 awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {

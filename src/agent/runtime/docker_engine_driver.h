@@ -54,6 +54,7 @@ class DockerEngineDriver final : public RuntimeDriver {
   boost::asio::awaitable<Status> remove_network(std::string name) override;
   boost::asio::awaitable<Result<bool>> image_present(std::string ref) override;
   boost::asio::awaitable<Result<std::optional<ImageInfo>>> image_inspect(std::string ref) override;
+  boost::asio::awaitable<Result<std::vector<std::string>>> list_images(std::map<std::string, std::string> labels) override;
   boost::asio::awaitable<Status> pull_image(std::string ref, std::chrono::milliseconds timeout) override;
   boost::asio::awaitable<Result<CreatedContainer>> create(ContainerSpec spec) override;
   boost::asio::awaitable<Status> start(std::string id) override;
@@ -99,9 +100,11 @@ class DockerEngineDriver final : public RuntimeDriver {
  private:
   // The CPUs a limit of `cpus` becomes on this host (the engine refuses more than it has).
   double capped_cpus(double cpus) const;
-  // The config of the image container `id` was created from, with `labels` merged in.
+  // The config of the image container `id` was created from, with `labels` merged in and no
+  // per-container label (installation, instance, holder, save); `for_commit`: the
+  // container's own per-container labels given empty (the engine's commit merges them in).
   boost::asio::awaitable<Result<boost::json::object>> parent_config(
-      std::string id, std::map<std::string, std::string> labels);
+      std::string id, std::map<std::string, std::string> labels, bool for_commit);
 
   docker::EngineClient engine_;
   Options options_;

@@ -241,6 +241,12 @@ class RuntimeDriver {
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) = 0;
   virtual boost::asio::awaitable<Status> remove_image(std::string ref) = 0;  // gone = ok
+  // The ids of the images (tagged or not) carrying every label in `labels`; unavailable where
+  // the driver cannot list images.
+  virtual boost::asio::awaitable<Result<std::vector<std::string>>> list_images(std::map<std::string, std::string> labels) {
+    (void)labels;
+    co_return fail(ErrorCode::unavailable, "this runtime does not list images");
+  }
 
   // A container's CPU and memory limits changed in place (it may be stopped): what a start
   // at another size needs instead of a rebuild. Swap stays off (MemorySwap = Memory); the
