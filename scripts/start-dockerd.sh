@@ -24,6 +24,13 @@
 #   GPUCLOUD_ENGINE_DATA_ROOT  (default /var/lib/gpucloud/engine)
 #   GPUCLOUD_ENGINE_IMAGE      (default /var/lib/gpucloud/engine.img)
 #   GPUCLOUD_ENGINE_SIZE_GIB   the sparse file's size (default 200; only blocks written use disk)
+#   GPUCLOUD_ENGINE_QUOTA      simple (default) | full: the quotas that hold each container's
+#       size on a btrfs data root whose quotas are not enabled yet. simple: btrfs simple quotas
+#       (kernel 6.7+, enabled here with the BTRFS_IOC_QUOTA_CTL ioctl through python3, as
+#       btrfs-progs 6.2 has no `quota enable --simple`): a released container costs the kernel
+#       little and its qgroup goes with its subvolume. full: the engine's own `quota enable`,
+#       whose backref accounting made btrfs-cleaner run minutes per release (docs/benchmarks.md
+#       "btrfs churn"). A data root whose quotas are already on keeps its mode.
 # A second engine beside the machine's own (tests) needs its own socket, pidfile, exec root
 # and data root, e.g. DOCKER_SOCK=/var/run/gpucloud-btrfs.sock GPUCLOUD_RUN_DIR=/var/run/gpucloud-btrfs
 # GPUCLOUD_ENGINE_DATA_ROOT=/var/lib/gpucloud-btrfs/engine GPUCLOUD_ENGINE_IMAGE=/var/lib/gpucloud-btrfs/engine.img
@@ -41,6 +48,7 @@ STORAGE=${GPUCLOUD_ENGINE_STORAGE:-auto}
 DATA_ROOT=${GPUCLOUD_ENGINE_DATA_ROOT:-/var/lib/gpucloud/engine}
 IMAGE=${GPUCLOUD_ENGINE_IMAGE:-/var/lib/gpucloud/engine.img}
 SIZE_GIB=${GPUCLOUD_ENGINE_SIZE_GIB:-200}
+QUOTA=${GPUCLOUD_ENGINE_QUOTA:-simple}
 
 engine_ping() {
   [ -S "$SOCK" ] && curl -fsS --max-time 2 --unix-socket "$SOCK" http://docker/_ping >/dev/null 2>&1
@@ -111,6 +119,31 @@ btrfs_data_root() {
   [ "$(fs_type "$DATA_ROOT")" = btrfs ]
 }
 
+# Prints the btrfs filesystem's quota mode at $1 (none, qgroup or squota), first enabling simple
+# quotas when none are on and $QUOTA is simple. Never fails: without python3 or kernel support
+# the engine enables full quotas itself at its first size limit.
+btrfs_quota() {
+  command -v python3 >/dev/null 2>&1 || { echo "unknown (python3 missing)"; return 0; }
+  python3 - "$1" "$QUOTA" <<'PY' || echo "unknown"
+import fcntl, os, struct, sys, uuid
+fd = os.open(sys.argv[1], os.O_RDONLY)
+info = bytearray(1024)
+fcntl.ioctl(fd, 0x8400941F, info)  # BTRFS_IOC_FS_INFO: the fsid names /sys/fs/btrfs/<fsid>
+path = "/sys/fs/btrfs/%s/qgroups/mode" % uuid.UUID(bytes=bytes(info[16:32]))
+def mode():
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return "none"
+if mode() == "none" and sys.argv[2] == "simple":
+    try:
+        fcntl.ioctl(fd, 0xC0109428, struct.pack("QQ", 4, 0))  # BTRFS_IOC_QUOTA_CTL: ENABLE_SIMPLE_QUOTA
+    except OSError as e:
+        sys.stderr.write("start-dockerd: simple quotas not available (%s)\n" % e.strerror)
+print(mode())
+PY
+}
+
 STORAGE_ARGS=
 if [ "$STORAGE" = auto ]; then
   if [ -f "$IMAGE" ] || [ "$(fs_type "$DATA_ROOT")" = btrfs ]; then
@@ -126,7 +159,7 @@ case "$STORAGE" in
   btrfs)
     if btrfs_data_root; then
       STORAGE_ARGS="--data-root $DATA_ROOT --storage-driver btrfs"
-      echo "start-dockerd: data root $DATA_ROOT on btrfs (system disk sizes enforced)"
+      echo "start-dockerd: data root $DATA_ROOT on btrfs (system disk sizes enforced; quotas: $(btrfs_quota "$DATA_ROOT"))"
     else
       echo "start-dockerd: no btrfs data root; the engine's default storage is used (system disk sizes not enforced)" >&2
     fi
