@@ -20,7 +20,9 @@ function open() {
   source.onmessage = handle;
   // Named events (`event: instance.running`) arrive as their own type; listen to the ones we use.
   for (const t of ['instance.created', 'instance.running', 'instance.stopped', 'instance.released', 'instance.error',
-    'instance.starting', 'instance.stopping', 'instance.releasing', 'market.gpu_available'])
+    'instance.starting', 'instance.stopping', 'instance.releasing', 'market.gpu_available',
+    'disk.created', 'disk.available', 'disk.attached', 'disk.detached', 'disk.resized', 'disk.deleted', 'disk.error',
+    'snapshot.created', 'snapshot.available', 'snapshot.deleted', 'snapshot.error', 'snapshot.restored'])
     source.addEventListener(t, handle as any);
 }
 

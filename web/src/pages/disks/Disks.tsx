@@ -1,5 +1,6 @@
 // Data disks, snapshots and the recycle bin (restore, days left).
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
+import { subscribe } from '../../api/events';
 import { t } from '../../i18n';
 import { createDisk, deleteDisk, listDisks, resizeDisk, restoreDisk, snapshotDisk } from '../../api/disks';
 import { deleteSnapshot, listSnapshots, restoreSnapshot } from '../../api/snapshots';
@@ -35,6 +36,8 @@ export function Disks() {
   const [size, setSize] = useState(20);
   const [zone, setZone] = useState('');
   const [createError, setCreateError] = useState<string | null>(null);
+  // Disks and snapshots change state on the host (creating -> available): follow their events.
+  useEffect(() => subscribe((e) => (e.type.startsWith('disk.') || e.type.startsWith('snapshot.')) && data.reload()), []);
   if (!data.data) return <Loading error={data.error} />;
   const d = data.data;
   const act = async () => {
