@@ -157,7 +157,10 @@ asio::awaitable<void> BillingService::account_due(std::string account_id) {
   account_timers_.erase(account_id);
   if (stopped_) co_return;
   const SysTime now = clock_.now();
-  auto enforce = [this, account_id, now](store::Database& db) { return enforce_arrears(db, config_, account_id, now); };
+  auto enforce = [this, account_id, now](store::Database& db) -> Result<ArrearsOutcome> {
+    if (!hooks_.enforce_account) return ArrearsOutcome{};
+    return hooks_.enforce_account(db, account_id, now);
+  };
   try {
     auto outcome = co_await store_.write(std::move(enforce));
     if (!outcome) {

@@ -16,6 +16,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "billing/arrears.h"
 #include "billing/meters.h"
 #include "billing/webhook_sender.h"
 #include "config/config.h"
@@ -29,6 +30,10 @@ class BillingService {
   struct Hooks {
     std::function<void(const std::string&)> kick_instance;  // the engine follows a stop or release
     std::function<void(const std::string&)> kick_disk;
+    // Everything due for one account (subscriptions, spend limits, arrears), in the store's
+    // write transaction: policy::enforce_account, wired by the server, because it calls the
+    // resources' actions and billing calls none.
+    std::function<Result<ArrearsOutcome>(store::Database&, const std::string& account_id, SysTime now)> enforce_account;
   };
   BillingService(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store,
                  PlatformClock& clock, Hooks hooks, WebhookSender::Options webhook_options = {});

@@ -11,9 +11,11 @@
 #include "billing/meters.h"
 #include "billing/reports.h"
 #include "billing/resource_meters.h"
+#include "billing/subscriptions.h"
 #include "config/config.h"
 #include "core/timezone.h"
 #include "market/prices.h"
+#include "store/meta.h"
 #include "store/store.h"
 
 namespace gpucloud::billing {
@@ -310,6 +312,118 @@ TEST_F(BillingTest, AStatementExplainsEveryFenOfTheMonth) {
   EXPECT_EQ(doc->at("opening_balance").as_int64() + lines, doc->at("closing_balance").as_int64());
   EXPECT_EQ(doc->at("charges").as_object().at("compute").as_int64(), 198 * 28);
   EXPECT_EQ(doc->at("closing_balance").as_int64(), 10000 - 198 * 28);
+}
+
+// The review's case: credits 10,000, an adjustment of -10,000, 480 charged at balance 0. Revenue
+// is what was charged and paid for; money received, adjustments and arrears are apart.
+TEST_F(BillingTest, RevenueKeepsMoneyReceivedChargesAdjustmentsAndArrearsApart) {
+  const std::string u = user("alice", 0);
+  const std::string a = account(u).id;
+  auto tz = TimeZone::load("UTC");
+  ASSERT_TRUE(tz);
+  auto bounds = month_bounds("2027-03", *tz);
+  ASSERT_TRUE(bounds);
+  const SysTime t = bounds->first + hours(1);
+  auto post = [&](EntryKind kind, std::int64_t amount, std::optional<std::string> rk) {
+    ASSERT_TRUE(write([&](store::Database& db) {
+      return post_entry(db, a, NewEntry{kind, amount, u, std::string("i-x"), rk, 0, "x"}, t);
+    }));
+  };
+  post(EntryKind::credit, 10000, std::nullopt);
+  post(EntryKind::adjustment, -10000, std::nullopt);
+  post(EntryKind::charge, -480, std::string("compute"));
+  auto doc = write([&](store::Database& db) { return revenue_summary(db, "2027-03", *tz, "CNY"); });
+  ASSERT_TRUE(doc) << doc.error().detail;
+  EXPECT_EQ(doc->at("received").as_int64(), 10000);
+  EXPECT_EQ(doc->at("adjustments").as_int64(), -10000);
+  EXPECT_EQ(doc->at("charged").as_int64(), 480);
+  EXPECT_EQ(doc->at("arrears").as_int64(), 480) << "the user owes what was charged at balance 0";
+  EXPECT_EQ(doc->at("revenue").as_int64(), 0) << "nothing charged was paid for";
+  // A top-up pays the arrears: next month's revenue counts it.
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return post_entry(db, a, NewEntry{EntryKind::credit, 1000, u, {}, {}, 0, "top-up"}, bounds->second + hours(1));
+  }));
+  auto april = write([&](store::Database& db) { return revenue_summary(db, "2027-04", *tz, "CNY"); });
+  ASSERT_TRUE(april);
+  EXPECT_EQ(april->at("arrears").as_int64(), 0);
+  EXPECT_EQ(april->at("revenue").as_int64(), 480);
+}
+
+// A refund reduces the charges it refunds; it is not a credit.
+TEST_F(BillingTest, AStatementNetsRefundsAgainstTheirCharges) {
+  const std::string u = user("alice", 30000);
+  const std::string a = account(u).id;
+  auto tz = TimeZone::load("UTC");
+  ASSERT_TRUE(tz);
+  auto bounds = month_bounds("2027-03", *tz);
+  ASSERT_TRUE(bounds);
+  const SysTime t = bounds->first + hours(1);
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return post_entry(db, a, NewEntry{EntryKind::subscription, -26600, u, std::string("i-x"), std::string("subscription"), 0, "paid"}, t);
+  }));
+  ASSERT_TRUE(write([&](store::Database& db) {
+    return post_entry(db, a, NewEntry{EntryKind::refund, 22800, u, std::string("i-x"), std::string("subscription"), 0, "back"},
+                      t + hours(24));
+  }));
+  auto doc = write([&](store::Database& db) { return statement(db, a, "2027-03", *tz, "CNY"); });
+  ASSERT_TRUE(doc) << doc.error().detail;
+  EXPECT_EQ(doc->at("credits").as_int64(), 0);
+  EXPECT_EQ(doc->at("charges").as_object().at("subscription").as_int64(), 3800);
+  EXPECT_EQ(doc->at("charges_total").as_int64(), 3800);
+  EXPECT_EQ(doc->at("refunds").as_int64(), 22800);
+}
+
+// Monthly terms count from the anchor: 31 Jan -> 28 Feb -> 31 Mar -> 30 Apr (not 28 Mar, 28 Apr).
+TEST_F(BillingTest, MonthlyRenewalsKeepTheAnchorDay) {
+  ASSERT_TRUE(write([&](store::Database& db) { return store::set_meta(db, "billing_timezone", "UTC"); }));
+  instances::Instance i;
+  i.billing_mode = "monthly";
+  i.term_anchor = *parse_rfc3339("2027-01-31T10:00:00Z");
+  SysTime end = *parse_rfc3339("2027-02-28T10:00:00Z");
+  std::vector<std::string> ends;
+  for (int n = 0; n < 3; ++n) {
+    auto next = write([&](store::Database& db) { return next_term_end(db, i, end); });
+    ASSERT_TRUE(next) << next.error().detail;
+    ends.push_back(format_rfc3339(*next));
+    end = *next;
+  }
+  EXPECT_EQ(ends, (std::vector<std::string>{"2027-03-31T10:00:00Z", "2027-04-30T10:00:00Z", "2027-05-31T10:00:00Z"}));
+}
+
+// Released a day into a week: the unused six sevenths come back (the used part is charged
+// floored, so rounding never favours the platform); a second call refunds nothing more.
+TEST_F(BillingTest, AnEarlyReleaseRefundsTheUnusedTermProRata) {
+  const std::string u = user("alice", 30000);
+  instances::Instance i;
+  i.id = "i-sub";
+  i.name = "sub";
+  i.owner = u;
+  i.billing_mode = "weekly";
+  ASSERT_TRUE(write([&](store::Database& db) { return pay_subscription(db, i, 26600, "the", t0_); }));
+  i.term_anchor = t0_ + hours(1);
+  i.expires_at = *i.term_anchor + hours(24 * 7);
+  const SysTime release = *i.term_anchor + hours(24);
+  auto back = write([&](store::Database& db) { return refund_subscription(db, i, release, "released early"); });
+  ASSERT_TRUE(back) << back.error().detail;
+  EXPECT_EQ(*back, 26600 - 26600 / 7);
+  auto again = write([&](store::Database& db) { return refund_subscription(db, i, release + hours(1), "again"); });
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 0);
+  EXPECT_EQ(account(u).balance, 30000 - 26600 / 7);
+  expect_ledger_consistent(u);
+
+  // Never ran: everything back.
+  const std::string v = user("bob", 30000);
+  instances::Instance never = i;
+  never.id = "i-never";
+  never.owner = v;
+  never.term_anchor.reset();
+  never.expires_at.reset();
+  ASSERT_TRUE(write([&](store::Database& db) { return pay_subscription(db, never, 26600, "the", t0_); }));
+  auto all = write([&](store::Database& db) { return refund_subscription(db, never, t0_ + hours(1), "failed"); });
+  ASSERT_TRUE(all);
+  EXPECT_EQ(*all, 26600);
+  EXPECT_EQ(account(v).balance, 30000);
 }
 
 TEST_F(BillingTest, TimeZonesFindLocalDaysAndCalendarMonths) {

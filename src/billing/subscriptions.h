@@ -38,9 +38,9 @@ Status pay_subscription(store::Database& db, const instances::Instance& instance
 // When the users' subscriptions next need enforce_subscriptions (renewal tries, expiries).
 Result<std::optional<SysTime>> next_subscription_check(store::Database& db, const std::vector<std::string>& users,
                                                        SysTime now);
-// Renews what is due and affordable, turns what expired into stopped pay-as-you-go
-// instances (the ids to kick are appended).
-Status enforce_subscriptions(store::Database& db, const std::vector<std::string>& users, SysTime now,
-                             std::vector<std::string>& kicks);
+// The users' live subscriptions with a term (weekly or monthly, expires_at set).
+Result<std::vector<instances::Instance>> subscribed_instances(store::Database& db, const std::vector<std::string>& users);
+// How long before a term's end its renewal is first tried.
+constexpr auto kRenewBefore = std::chrono::hours(24);
 
 }  // namespace gpucloud::billing

@@ -43,6 +43,8 @@ std::string render_security_group(const boost::json::value& group,
 // Billing answers (GET /billing/...) as the commands print them.
 std::string render_balance(const boost::json::value& account);
 std::string render_ledger(const boost::json::value& page);
+// `admin ledger USER [--since --until --limit]`: GET /admin/users/{id}/ledger, as `ledger` prints.
+void add_admin_ledger_command(CLI::App& admin, Registry& registry);
 std::string render_usage(const boost::json::value& usage, bool by_day);
 std::string render_statement(const boost::json::value& statement);
 std::string render_idle(const boost::json::value& idle);

@@ -1,4 +1,4 @@
-// admin hosts | users | credit USER AMOUNT [--note N] | prices [--set FILE]
+// admin hosts | users | ledger USER | credit USER AMOUNT [--note N] | prices [--set FILE]
 //       | clock advance SECONDS
 #include <map>
 #include <memory>
@@ -122,13 +122,15 @@ Outcome do_users(Context& ctx) {
   GC_TRY(api, ctx.api());
   GC_TRY(users, ctx.check((*api)->get_all("/admin/users")));
   ctx.print(*users, [&] {
-    Table table({"USERNAME", "ID", "ROLE", "STATE", "BALANCE", "EMAIL", "CREATED"});
+    Table table({"USERNAME", "ID", "ROLE", "STATE", "BALANCE", "BILLING", "EMAIL", "CREATED"});
     for (const auto& u : items_of(*users)) {
       auto balance = integer(u, "balance");
+      const json::value* billing = member(u, "billing");
+      const std::string currency = billing ? currency_of(*billing) : currency_of(u);
       table.add_row({text(u, "username"), text(u, "id"), text(u, "role"),
                      flag(u, "disabled") ? "disabled" : "active",
-                     balance ? format_money(*balance, currency_of(u)) : "-", text(u, "email"),
-                     text(u, "created_at")});
+                     balance ? format_money(*balance, currency) : "-", member(u, "billing_state") ? text(u, "billing_state") : "-",
+                     text(u, "email"), text(u, "created_at")});
     }
     ctx.out() << table.render();
   });
@@ -223,8 +225,9 @@ void add_admin_commands(CLI::App& app, Registry& registry) {
   auto* hosts = admin->add_subcommand("hosts", "GPU hosts and their GPUs");
   registry.on(hosts, [](Context& ctx) { return do_hosts(ctx); });
 
-  auto* users = admin->add_subcommand("users", "all users");
+  auto* users = admin->add_subcommand("users", "all users, with their balance and its state");
   registry.on(users, [](Context& ctx) { return do_users(ctx); });
+  add_admin_ledger_command(*admin, registry);
 
   auto* credit = admin->add_subcommand("credit", "credit (or, negative, debit) a balance");
   credit->add_option("USER", a->user, "user name or id")->required();

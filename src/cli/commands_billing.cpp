@@ -242,7 +242,7 @@ Outcome do_balance(Context& ctx) {
 
 // Pages of GET /billing/ledger, newest first, until `limit` entries: each page asks for no
 // more than is still wanted, so the last page's next_cursor is where the next entry is.
-Outcome do_ledger(Context& ctx, const BillingArgs& a) {
+Outcome do_ledger(Context& ctx, const BillingArgs& a, const std::string& base = "/billing/ledger") {
   if (a.limit < 1) return usage_error(fmt::format("--limit {}: expected a positive number of entries", a.limit));
   GC_TRY(query, period_query(a));
   GC_TRY(api, ctx.api());
@@ -252,7 +252,7 @@ Outcome do_ledger(Context& ctx, const BillingArgs& a) {
   const std::size_t limit = static_cast<std::size_t>(a.limit);
   while (items.size() < limit) {
     const auto want = std::min<std::size_t>(limit - items.size(), kMaxPage);
-    std::string path = "/billing/ledger" + *query + (query->empty() ? "?" : "&") + fmt::format("limit={}", want);
+    std::string path = base + *query + (query->empty() ? "?" : "&") + fmt::format("limit={}", want);
     if (!cursor.empty()) path += "&cursor=" + url_escape(cursor);
     GC_TRY(page, ctx.check((*api)->get(path)));
     next = nullptr;
@@ -384,6 +384,18 @@ void add_billing_commands(CLI::App& app, Registry& registry) {
   registry.on(show, [](Context& ctx) { return do_alert_show(ctx); });
   auto* clear = alert->add_subcommand("clear", "remove the alert");
   registry.on(clear, [](Context& ctx) { return do_alert_clear(ctx); });
+}
+
+void add_admin_ledger_command(CLI::App& admin, Registry& registry) {
+  using namespace billing_commands;
+  auto a = std::make_shared<BillingArgs>();
+  auto user = std::make_shared<std::string>();
+  auto* ledger = admin.add_subcommand("ledger", "a user's ledger, newest first");
+  ledger->add_option("USER", *user, "user name or id")->required();
+  ledger->add_option("--since", a->since, "from this time (RFC 3339) or date (YYYY-MM-DD, 00:00 UTC)");
+  ledger->add_option("--until", a->until, "up to this time (RFC 3339) or date (YYYY-MM-DD, 00:00 UTC)");
+  ledger->add_option("--limit", a->limit, "at most this many entries (default 100)");
+  registry.on(ledger, [a, user](Context& ctx) { return do_ledger(ctx, *a, "/admin/users" + seg(*user) + "/ledger"); });
 }
 
 }  // namespace gpucloud::cli

@@ -101,7 +101,8 @@ class Parser {
     check_keys(root, "",
                {"listen", "data_dir", "currency", "registration", "public_host", "session_ttl",
                 "billing_timezone", "store", "zones", "hosts", "images", "offers",
-                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring", "agent"});
+                "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring", "agent",
+                "metrics"});
     get_string(root, "", "listen", c.listen);
     get_string(root, "", "data_dir", c.data_dir);
     get_string(root, "", "currency", c.currency);
@@ -184,6 +185,10 @@ class Parser {
               c.policy.arrears_release_instances_after_days);
       get_int(*t, "policy", "arrears_delete_disks_after_days", c.policy.arrears_delete_disks_after_days);
       get_int(*t, "policy", "recycle_days", c.policy.recycle_days);
+    }
+    if (const toml::table* t = get_table(root, "", "metrics")) {
+      check_keys(*t, "metrics", {"token"});
+      get_string(*t, "metrics", "token", c.metrics.token);
     }
     if (const toml::table* t = get_table(root, "", "server")) {
       check_keys(*t, "server",

@@ -113,6 +113,12 @@ struct Policy {
       arrears_delete_disks_after_days = 30;
 };
 
+struct MetricsAccess {  // added section [metrics]
+  // A bearer token for Prometheus: with it (or an operator's token) /metrics adds the
+  // per-instance series, labelled by user and name. "" = only an operator's token does.
+  std::string token;
+};
+
 struct Server {  // added section [server]
   std::int64_t max_body_bytes = 1 << 20;
   std::chrono::seconds read_timeout{30};
@@ -150,6 +156,7 @@ struct Config {
   AgentSettings agent;
   Policy policy;
   Server server;
+  MetricsAccess metrics;
 
   // The SQLite file path after DATA_DIR substitution; error-free helper. "" for PostgreSQL.
   std::string store_path() const;

@@ -333,6 +333,9 @@ void check_sections(const Config& c, Checker& k) {
   k.positive("server.login_window", c.server.login_window);
   if (!c.server.console_dir.empty() && c.server.console_dir.front() != '/')
     k.error("server.console_dir", "must be an absolute path, not \"" + c.server.console_dir + "\"");
+  // A scrape token is a secret: long enough not to be guessed (the value is never echoed).
+  if (!c.metrics.token.empty() && c.metrics.token.size() < 16)
+    k.error("metrics.token", "must be at least 16 characters");
 }
 
 }  // namespace

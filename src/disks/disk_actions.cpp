@@ -7,7 +7,7 @@
 #include "auth/user_quotas.h"
 #include "billing/affordability.h"
 #include "core/ids.h"
-#include "instances/actions.h"
+#include "instances/instance_record.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 
@@ -193,7 +193,7 @@ Result<Disk> attach_disk(store::Database& db, const Actor& actor, const std::str
   if (auto s = validate_mount_path(mount_path, "mount_path"); !s) return fail(s.error());
   auto d = find_owned_disk(db, actor.user_id, disk_ref);
   if (!d) return fail(d.error());
-  auto i = instances::find_for(db, Actor{d->owner, false}, instance_ref);
+  auto i = instances::find_owned_instance(db, d->owner, instance_ref);
   if (!i) return fail(ErrorCode::not_found, "instance: " + i.error().detail);
   if (d->state == S::attached && d->instance_id == i->id && d->mount_path == mount_path) return *d;  // a repeat
   if (d->state != S::available)

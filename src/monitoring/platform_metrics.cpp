@@ -122,7 +122,8 @@ Result<PlatformTotals> read_platform_totals(store::Database& db) {
 }
 
 std::string render_platform_metrics(const PlatformTotals& t, const LatestReadings& latest,
-                                    std::chrono::steady_clock::time_point now, const std::string& currency) {
+                                    std::chrono::steady_clock::time_point now, const std::string& currency,
+                                    bool tenants) {
   std::string out;
   {
     Family f(out, "gpucloud_instances", "gauge", "Instances by state (released ones included).");
@@ -195,6 +196,8 @@ std::string render_platform_metrics(const PlatformTotals& t, const LatestReading
       for (const auto& g : reading.gpus) f.sample(gpu_labels(host, g), static_cast<double>(g.memory_total_bytes));
   }
 
+  // Per-instance series name a tenant's instance and its user: not for anonymous scrapes.
+  if (!tenants) return out;
   struct Shown {
     const LatestInstanceReading* reading;
     std::string labels;

@@ -58,8 +58,11 @@ Result<PlatformTotals> read_platform_totals(store::Database& db);
 
 // Prometheus text (HELP and TYPE for every family), to append to the HTTP metrics.
 // `currency` names the unit of the billing gauges in their HELP.
+// `tenants`: also the per-instance series (labelled by instance, name and user), for an
+// operator or the configured scrape token only; without it, the platform's totals.
 std::string render_platform_metrics(const PlatformTotals& totals, const LatestReadings& latest,
-                                    std::chrono::steady_clock::time_point now, const std::string& currency);
+                                    std::chrono::steady_clock::time_point now, const std::string& currency,
+                                    bool tenants = true);
 
 // A label value as the exposition format wants it (backslash, quote and newline escaped).
 std::string escape_label_value(std::string_view value);

@@ -123,6 +123,13 @@ INSERT INTO instances (id, owner, name, state, zone, gpu_count, cpu, memory_gib,
   has("gpucloud_instance_memory_limit_bytes{" + labels + "} 17179869184");
   has("gpucloud_instance_gpu_utilization_ratio{" + labels + ",gpu=\"0\",uuid=\"GPU-real-9\"} 0.87");
   EXPECT_EQ(text.find("instance_id=\"i-2\""), std::string::npos) << "a released instance's last reading is not shown";
+
+  // Anonymous scrapes get the platform's totals: no tenant's instance, name or user.
+  const std::string anonymous = render_platform_metrics(t, latest, now, "CNY", false);
+  EXPECT_EQ(anonymous.find("instance_id="), std::string::npos) << anonymous;
+  EXPECT_EQ(anonymous.find("user=\"alice\""), std::string::npos) << anonymous;
+  EXPECT_NE(anonymous.find("gpucloud_instances{state=\"running\"} 1\n"), std::string::npos) << anonymous;
+  EXPECT_NE(anonymous.find("gpucloud_host_gpu_utilization_ratio{"), std::string::npos) << anonymous;
 }
 
 TEST(PlatformMetricsLabels, EscapeBackslashQuoteAndNewline) {

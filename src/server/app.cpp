@@ -1,5 +1,7 @@
 #include "server/app.h"
 
+#include "policy/account_enforcement.h"
+
 #include "instances/schedules.h"
 
 #include "billing/ledger.h"
@@ -99,7 +101,10 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   images_ = std::make_unique<instances::ImageService>(loop_, config_, *store_, *clock_, hosts_->agent());
   co_await images_->start();  // resumes saves, arms the recycle bin's timers
   billing::BillingService::Hooks hooks{[this](const std::string& id) { instances_->kick(id); },
-                                       [this](const std::string& id) { disks_->kick_disk(id); }};
+                                       [this](const std::string& id) { disks_->kick_disk(id); },
+                                       [this](store::Database& db, const std::string& account, SysTime now) {
+                                         return policy::enforce_account(db, config_, account, now);
+                                       }};
   billing_ = std::make_unique<billing::BillingService>(loop_, config_, *store_, *clock_, std::move(hooks));
   billing_for_commits_.store(billing_.get());
   store_->on_billing_commit([this](std::vector<std::string> ids) {

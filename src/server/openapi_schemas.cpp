@@ -444,8 +444,8 @@ json::object component_schemas() {
   s["PriceTable"] = std::move(prices);
   s["Clock"] = answer({{"now", time("The platform time after the advance")}});
   for (std::string_view item :
-       {"User", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk", "Snapshot",
-        "SecurityGroup", "LedgerEntry"})
+       {"User", "AdminUser", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk",
+        "Snapshot", "SecurityGroup", "LedgerEntry"})
     s[std::string(item) + "List"] = list_of(item);
 
   // Request bodies.
@@ -533,6 +533,15 @@ json::object component_schemas() {
                                 {"state", one_of({"ok", "low", "arrears"})},
                                 {"alert", nullable_ref("BillingAlert")},
                                 {"arrears_since", nullable(time("When the balance reached zero"))}});
+  s["AdminUser"] = answer({{"id", str("u-...")},
+                           {"username", str()},
+                           {"email", nullable(str())},
+                           {"role", one_of({"user", "admin"})},
+                           {"disabled", boolean()},
+                           {"created_at", time()},
+                           {"balance", integer("The user's live balance (as GET /billing/account shows it)")},
+                           {"billing_state", one_of({"ok", "low", "arrears"})},
+                           {"billing", ref("BillingAccount")}});
   json::object entry_kind = one_of({"charge", "credit", "subscription", "refund", "adjustment"});
   json::object entry_fields{{"id", str("le-...")},
                             {"seq", integer("Position in the account's chain: 1, 2, 3, ...")},
@@ -665,7 +674,7 @@ const std::vector<OperationSpec>& operation_specs() {
        .id_description = "The token's id (tok-...), or its name when one live API token has it (409 when several do)"},
       // operator: users and clock
       {.method = "GET", .pattern = "/api/v1/admin/users", .operation_id = "adminListUsers", .status = 200,
-       .response = "UserList", .errors = {400}, .query = page},
+       .response = "AdminUserList", .errors = {400}, .query = page},
       {.method = "POST", .pattern = "/api/v1/admin/users", .operation_id = "adminCreateUser", .status = 201,
        .response = "User", .request = "AdminUserCreate", .idempotent = true, .errors = {400, 409}},
       {.method = "PATCH", .pattern = "/api/v1/admin/users/{id}", .operation_id = "adminUpdateUser", .status = 200,
@@ -813,6 +822,11 @@ const std::vector<OperationSpec>& operation_specs() {
        .response = "Estimate", .request = "InstanceCreate", .errors = {400}},
       {.method = "POST", .pattern = "/api/v1/admin/users/{id}/credit", .operation_id = "adminCreditUser", .status = 201,
        .response = "CreditEntry", .request = "CreditRequest", .idempotent = true, .errors = {400, 404, 409},
+       .id_description = "The user's id or username"},
+      {.method = "GET", .pattern = "/api/v1/admin/users/{id}/ledger", .operation_id = "adminUserLedger", .status = 200,
+       .response = "LedgerEntryList", .errors = {400, 404},
+       .query = {limit, cursor, {"since", "string", "RFC 3339 time or YYYY-MM-DD (inclusive)"},
+                 {"until", "string", "RFC 3339 time or YYYY-MM-DD (exclusive)"}},
        .id_description = "The user's id or username"},
       {.method = "GET", .pattern = "/api/v1/admin/billing/summary", .operation_id = "adminRevenueSummary", .status = 200,
        .response = "RevenueSummary", .errors = {400}, .query = {{"month", "string", "YYYY-MM (default: this month)"}}},

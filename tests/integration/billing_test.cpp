@@ -108,7 +108,7 @@ void expect_ledger_consistent(const TestDaemon& d, const std::string& token) {
     EXPECT_EQ(e.at("seq").as_int64(), ++seq);
     EXPECT_EQ(e.at("balance_after").as_int64(), sum);
   }
-  EXPECT_EQ(sum, account(d, token).at("balance").as_int64());
+  EXPECT_EQ(sum, account(d, token).at("settled_balance").as_int64());
 }
 
 std::string credit(const TestDaemon& d, const std::string& user, std::int64_t amount, const std::string& key = "") {
@@ -326,7 +326,7 @@ TEST(BillingTest, DOCKER_SLOW_AMonthOfATypicalUserIsExplainedByItsStatements) {
   const std::int64_t storage_seconds = lived + 3600;
   EXPECT_NEAR(static_cast<double>(by_kind["data_disk"]), 50.0 * 20000 * storage_seconds / 3.6e9, 1.0);
   EXPECT_NEAR(static_cast<double>(by_kind["system_disk"]), 10.0 * 20000 * storage_seconds / 3.6e9, 1.0);
-  EXPECT_EQ(account(d, hal).at("balance").as_int64(), previous_closing);
+  EXPECT_EQ(account(d, hal).at("settled_balance").as_int64(), previous_closing);
   expect_ledger_consistent(d, hal);
   ASSERT_EQ(d.request("DELETE", "/api/v1/instances/life", "", hal).status, 202);
   d.wait_for_state("life", "released", hal);
@@ -406,7 +406,7 @@ TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge)
   ASSERT_TRUE(d.killed_at("billing.settle.after_ledger_insert"));
   d.start();
   // Nothing of the killed settlement remains; the next one charges the whole hour once.
-  EXPECT_EQ(account(d, carol).at("balance").as_int64(), start_balance);
+  EXPECT_EQ(account(d, carol).at("settled_balance").as_int64(), start_balance);
   advance(d, 3600);
   ASSERT_EQ(d.post("/api/v1/instances/crash/stop", json::object{}, carol).status, 202);
   auto stopped = d.wait_for_state("crash", "stopped", carol);
@@ -416,7 +416,7 @@ TEST(BillingTest, DOCKER_KillNineInsideASettlementNeitherSkipsNorRepeatsACharge)
   EXPECT_GE(run, 3600);
   EXPECT_LT(run, 3600 + 120);
   EXPECT_EQ(stopped.at("charged").as_int64(), run);
-  EXPECT_EQ(account(d, carol).at("balance").as_int64(), start_balance - run);
+  EXPECT_EQ(account(d, carol).at("settled_balance").as_int64(), start_balance - run);
   expect_ledger_consistent(d, carol);
   ASSERT_EQ(d.request("DELETE", "/api/v1/instances/crash", "", carol).status, 202);
   d.wait_for_state("crash", "released", carol);

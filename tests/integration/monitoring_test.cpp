@@ -40,6 +40,8 @@ memory_gib = 1
 price_per_hour = 10
 [monitoring]
 sample_interval = "1s"
+[metrics]
+token = "scrape-token-0123456789"
 )";
 }
 
@@ -260,6 +262,16 @@ TEST(MonitoringTest, DOCKER_ABusyLoopShowsInTheCpuSeriesAndRetentionHoldsUnderTh
   EXPECT_GT(last_value(old.json(), "cpu_percent").value_or(0), 20) << old.body;
   auto raw_gone = d.get("/api/v1/instances/loop/metrics?since=25h&until=23h&step=1", alice);
   ASSERT_EQ(raw_gone.status, 200) << raw_gone.body;
+  // Gone in the store itself, not just answered differently: no raw row of the first minute.
+  auto store_rows = [&](const std::string& where) {
+    return shell("sqlite3 " + d.data_dir() + "/gpucloud.db \"SELECT COUNT(*) FROM instance_samples WHERE instance_id = '" +
+                 id + "' AND " + where + "\" 2>&1");
+  };
+  const std::string first_minute = std::to_string(std::chrono::floor<std::chrono::minutes>(t0).time_since_epoch() /
+                                                  std::chrono::seconds(1));
+  EXPECT_EQ(store_rows("resolution = 0 AND t < " + first_minute + " + 60"), "0\n") << "raw rows past retention are purged";
+  EXPECT_NE(store_rows("resolution != 0 AND t >= " + first_minute + " AND t < " + first_minute + " + 60"), "0\n")
+      << "the minute's average stays";
   advance_clock(d, 7 * 86400);
   ASSERT_TRUE(wait_round());
   auto expired = d.get("/api/v1/instances/loop/metrics?since=" + since + "&until=" +
@@ -279,6 +291,7 @@ TEST(MonitoringTest, DOCKER_ABusyLoopShowsInTheCpuSeriesAndRetentionHoldsUnderTh
   } else {
     EXPECT_EQ(after.status, 404);
   }
+  EXPECT_EQ(store_rows("1 = 1"), "0\n") << "a released instance's series rows are deleted from the store";
 }
 
 // /metrics with a running instance: its CPU and memory gauges from the newest sample, the
@@ -295,10 +308,19 @@ TEST(MonitoringTest, DOCKER_PrometheusShowsTheRunningInstanceAndPassesPromtool) 
   d.wait_for_state("prom", "running", alice);
   std::string text;
   const std::string labels = "instance_id=\"" + id + "\",name=\"prom\",user=\"mon-prom\",host=\"node-1\"";
+  // Tenants' instances (by user and name) are the operator's (or the scrape token's) to see.
+  const std::string operator_token = d.admin_token();
   ASSERT_TRUE(monitoring_wait(std::chrono::seconds(20), [&] {
-    text = d.get("/metrics").body;
+    text = d.get("/metrics", operator_token).body;
     return text.find("gpucloud_instance_cpu_usage_ratio{" + labels + "}") != std::string::npos;
   })) << text;
+  const std::string anonymous = d.get("/metrics").body;
+  EXPECT_EQ(anonymous.find("instance_id="), std::string::npos) << anonymous;
+  EXPECT_EQ(anonymous.find("user=\"mon-prom\""), std::string::npos) << anonymous;
+  EXPECT_NE(anonymous.find("gpucloud_instances{state=\"running\"} 1\n"), std::string::npos) << anonymous;
+  EXPECT_EQ(d.get("/metrics", alice).body.find("instance_id="), std::string::npos) << "a user's token is not enough";
+  EXPECT_NE(d.get("/metrics", "scrape-token-0123456789").body.find("instance_id=\"" + id + "\""), std::string::npos)
+      << "[metrics] token";
   EXPECT_NE(text.find("gpucloud_instance_memory_used_bytes{" + labels + "}"), std::string::npos) << text;
   EXPECT_NE(text.find("gpucloud_instances{state=\"running\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gpucloud_gpus{host=\"node-1\",model=\"RTX 4090\",simulated=\"true\",state=\"used\"} 1\n"),
@@ -337,7 +359,7 @@ TEST(MonitoringTest, DOCKER_PrometheusShowsTheRunningInstanceAndPassesPromtool) 
   // Stopped: its gauges go with the next scrape (the store says it is no longer running).
   ASSERT_EQ(d.post("/api/v1/instances/prom/stop", json::object{}, alice).status, 202);
   d.wait_for_state("prom", "stopped", alice);
-  text = d.get("/metrics").body;
+  text = d.get("/metrics", operator_token).body;
   EXPECT_EQ(text.find("instance_id=\"" + id + "\""), std::string::npos) << text;
   EXPECT_NE(text.find("gpucloud_gpus{host=\"node-1\",model=\"RTX 4090\",simulated=\"true\",state=\"free\"} 1\n"),
             std::string::npos)

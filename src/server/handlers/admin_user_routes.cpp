@@ -4,6 +4,7 @@
 #include "auth/credentials.h"
 #include "core/ids.h"
 #include "billing/ledger.h"
+#include "billing/meters.h"
 #include "instances/lifecycle.h"
 #include "policy/user_access.h"
 #include "server/app.h"
@@ -18,11 +19,42 @@ namespace {
 asio::awaitable<Result<Response>> list_users(RequestContext& ctx) {
   auto page = parse_page_request(ctx.request);
   if (!page) co_return tl::unexpected(page.error());
-  auto list = [](store::Database& db) { return auth::list_users(db); };
+  // Each user with their balance and its state (ok / low / arrears), as they see it: net of
+  // what their running meters have accrued.
+  struct Listed {
+    auth::User user;
+    json::object billing;
+  };
+  auto list = [now = ctx.app.clock().now(), currency = ctx.app.config().currency](
+                  store::Database& db) -> Result<std::vector<Listed>> {
+    auto users = auth::list_users(db);
+    if (!users) return fail(users.error());
+    std::vector<Listed> out;
+    out.reserve(users->size());
+    for (auto& u : *users) {
+      json::object money;
+      if (auto account = billing::account_of_user(db, u.id)) {
+        auto pending = billing::unsettled_of_account(db, account->id, now);
+        if (!pending) return fail(pending.error());
+        money = billing::account_json(*account, currency, *pending);
+      }
+      out.push_back(Listed{std::move(u), std::move(money)});
+    }
+    return out;
+  };
   auto users = co_await ctx.app.store().read(std::move(list));
   if (!users) co_return tl::unexpected(users.error());
-  auto key = [](const auth::User& u) { return std::make_pair(to_unix_micros(u.created_at), u.id); };
-  co_return json_response(200, page_of(*users, *page, key, api::user_json));
+  auto key = [](const Listed& l) { return std::make_pair(to_unix_micros(l.user.created_at), l.user.id); };
+  auto to_json = [](const Listed& l) {
+    json::object o = api::user_json(l.user);
+    if (!l.billing.empty()) {
+      o["balance"] = l.billing.at("balance");
+      o["billing_state"] = l.billing.at("state");
+      o["billing"] = l.billing;
+    }
+    return o;
+  };
+  co_return json_response(200, page_of(*users, *page, key, to_json));
 }
 
 Result<std::string> parse_role(const json::object& body, std::string fallback) {

@@ -46,7 +46,23 @@ asio::awaitable<Result<Response>> get_account(RequestContext& ctx) {
   co_return json_response(200, *doc);
 }
 
-asio::awaitable<Result<Response>> get_ledger(RequestContext& ctx) {
+asio::awaitable<Result<Response>> ledger_of(RequestContext& ctx, std::string user);
+asio::awaitable<Result<Response>> get_ledger(RequestContext& ctx) { co_return co_await ledger_of(ctx, ctx.caller().user.id); }
+
+// GET /admin/users/{id}/ledger: a user's ledger as they see it (id or name).
+asio::awaitable<Result<Response>> get_user_ledger(RequestContext& ctx) {
+  auto find = [id = ctx.param("id")](store::Database& db) -> Result<std::string> {
+    auto user = auth::find_user(db, id);
+    if (!user) return fail(user.error());
+    if (!*user) return fail(ErrorCode::not_found, "no user " + id);
+    return (*user)->id;
+  };
+  auto user = co_await ctx.app.store().read(std::move(find));
+  if (!user) co_return tl::unexpected(user.error());
+  co_return co_await ledger_of(ctx, *user);
+}
+
+asio::awaitable<Result<Response>> ledger_of(RequestContext& ctx, std::string user_id) {
   auto tz = billing_zone(ctx.app);
   if (!tz) co_return tl::unexpected(tz.error());
   const auto params = ctx.request.query();
@@ -61,7 +77,7 @@ asio::awaitable<Result<Response>> get_ledger(RequestContext& ctx) {
   q.until = *until;
   q.limit = page->limit + 1;  // one more says whether there is a next page
   if (page->after) q.before_seq = page->after->first;  // the cursor carries the last seq seen
-  auto read = [user = ctx.caller().user.id, q](store::Database& db) -> Result<std::vector<billing::Entry>> {
+  auto read = [user = user_id, q](store::Database& db) -> Result<std::vector<billing::Entry>> {
     auto account = billing::account_of_user(db, user);
     if (!account) return fail(account.error());
     return billing::list_entries(db, account->id, q);
@@ -252,6 +268,8 @@ void register_billing_routes(App& app) {
   r.add("DELETE", "/api/v1/billing/alert", Access::user, "billing", "Remove the balance alert", delete_alert);
   r.add("POST", "/api/v1/admin/users/{id}/credit", Access::admin, "admin", "Credit (or debit) a user's balance",
         credit_user);
+  r.add("GET", "/api/v1/admin/users/{id}/ledger", Access::admin, "admin", "A user's ledger entries, newest first",
+        get_user_ledger);
   r.add("GET", "/api/v1/admin/billing/summary", Access::admin, "admin", "Revenue by kind for a month (?month=YYYY-MM)",
         revenue);
 }

@@ -1,4 +1,6 @@
 // GET /healthz, GET /metrics, GET /api/v1/openapi.json.
+#include <openssl/crypto.h>
+
 #include <boost/json.hpp>
 
 #include "monitoring/platform_metrics.h"
@@ -19,15 +21,30 @@ asio::awaitable<Result<Response>> healthz(RequestContext&) {
 
 // The HTTP front's own counters, then the platform's gauges: the store's totals read on the
 // reader pool (one read transaction), the newest samples from memory.
+// Whether the scrape may see every tenant's instances (labelled by user and name): it carries
+// `[metrics] token` or an operator's token. Anyone else gets the platform's totals only.
+asio::awaitable<bool> may_see_tenants(RequestContext& ctx) {
+  if (ctx.principal) co_return ctx.principal->user.is_admin();  // metrics_require_auth: an operator
+  const std::string token = App::bearer_token(ctx.request);
+  if (token.empty()) co_return false;
+  const std::string& scrape = ctx.app.config().metrics.token;
+  if (!scrape.empty() && token.size() == scrape.size() &&
+      CRYPTO_memcmp(token.data(), scrape.data(), token.size()) == 0)
+    co_return true;
+  auto principal = co_await ctx.app.authenticate_token(token);
+  co_return principal && principal->user.is_admin();
+}
+
 asio::awaitable<Result<Response>> metrics(RequestContext& ctx) {
   ctx.app.metrics().set_gauge("gpucloud_platform_timers_pending", "Platform-clock timers waiting to fire.",
                               static_cast<double>(ctx.app.clock().pending_timers()));
+  const bool tenants = co_await may_see_tenants(ctx);
   auto totals = co_await ctx.app.store().read(
       [](store::Database& db) { return monitoring::read_platform_totals(db); });
   if (!totals) co_return tl::unexpected(totals.error());
   std::string body = ctx.app.metrics().render();
   body += monitoring::render_platform_metrics(*totals, ctx.app.monitoring().latest(), std::chrono::steady_clock::now(),
-                                              ctx.app.config().currency);
+                                              ctx.app.config().currency, tenants);
   co_return Response{200, "text/plain; version=0.0.4", std::move(body), {}, {}, {}};
 }
 
