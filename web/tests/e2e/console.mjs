@@ -180,7 +180,15 @@ async function main() {
     // 404: no proxy route (or no such port); 502/503: the server in the instance is not up yet.
     return proxied.status === 404 || (proxied.status === 200 && proxied.text.includes('hello-proxy'));
   }, 20000, 500).catch(() => {});
-  if (proxied.status === 200) check(proxied.text.includes('hello-proxy'), 'the web server in the instance answered through the proxy');
+  if (proxied.status === 200) {
+    check(proxied.text.includes('hello-proxy'), 'the web server in the instance answered through the proxy');
+    // And from the instance page's "Web services" tab, as a user reaches it.
+    await page.getByRole('tab', { name: 'Web services' }).click();
+    const [svc] = await Promise.all([ctx1.waitForEvent('page'), page.getByRole('link', { name: 'Service on port 8000' }).click()]);
+    await svc.waitForLoadState();
+    check((await svc.locator('body').innerText()).includes('hello-proxy'), 'the Web services tab opens the service through the proxy');
+    await svc.close();
+  }
   else skipStep('web service through the proxy', `GET /api/v1/instances/{id}/proxy/8000/ answered ${proxied.status}: the port proxy is not in this gpucloudd yet`);
 
   // --- "notify me" on a sold-out model (the server's market watches) ---------------------
