@@ -14,15 +14,29 @@
 #   DOCKER_SOCK         engine socket                (default /var/run/docker.sock)
 #   GPUCLOUD_CACHE_DIR  where the tarball is cached  (default /var/cache/gpucloud/images)
 #   GPUCLOUD_BASE_REPO  image repository             (default gpucloud/base)
-#   GPUCLOUD_BASE_TAG   image tag                    (default bookworm-1)
+#   GPUCLOUD_BASE_TAG   image tag                    (default bookworm-1; bookworm-jupyter-1 with
+#                       GPUCLOUD_BASE_JUPYTER=1)
+#   GPUCLOUD_BASE_JUPYTER=1  the same image with Debian's Jupyter Notebook (jupyter-notebook,
+#                       python3-notebook; no Recommends: PyPI is not reachable) and the label
+#                       gpucloud.image.jupyter=true; gpucloud's public image "debian12-jupyter"
+#                       uses it, and the instance's init starts Notebook on the instance's
+#                       own address with a per-instance token (reached through the API's proxy).
 set -eu
 
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 CACHE_DIR=${GPUCLOUD_CACHE_DIR:-/var/cache/gpucloud/images}
 REPO=${GPUCLOUD_BASE_REPO:-gpucloud/base}
-TAG=${GPUCLOUD_BASE_TAG:-bookworm-1}
+JUPYTER=${GPUCLOUD_BASE_JUPYTER:-0}
 SUITE=bookworm
 PACKAGES=openssh-server,python3,iproute2,procps,ca-certificates,tmux
+if [ "$JUPYTER" = 1 ]; then
+  TAG=${GPUCLOUD_BASE_TAG:-bookworm-jupyter-1}
+  PACKAGES=$PACKAGES,jupyter-notebook,python3-notebook
+  RECOMMENDS='APT::Install-Recommends "false"'
+else
+  TAG=${GPUCLOUD_BASE_TAG:-bookworm-1}
+  RECOMMENDS='APT::Get::Assume-Yes "true"'  # (what mmdebstrap sets anyway: Recommends as apt's default)
+fi
 API=http://docker/v1.41
 
 log() { echo "build-base-image: $*" >&2; }
@@ -64,7 +78,7 @@ if [ ! -s "$TARBALL" ]; then
   tmp=$TARBALL.tmp.$$
   trap 'rm -f "$tmp"' EXIT
   # shellcheck disable=SC2016 # "$1" is expanded by mmdebstrap's hook, not here
-  mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
+  mmdebstrap --quiet --variant=minbase --include="$PACKAGES" --aptopt="$RECOMMENDS" \
     --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
     --format=tar "$SUITE" "$tmp" "$@"
@@ -84,9 +98,9 @@ if [ ! -s "$META" ]; then
   printf '%s %s\n' "$sha" "$python" >"$META"
 fi
 read -r sha python <"$META"
-changes=$(python3 - "$sha" "$python" "$PACKAGES" <<'PY'
+changes=$(python3 - "$sha" "$python" "$PACKAGES" "$JUPYTER" <<'PY'
 import json, sys, urllib.parse
-sha, python, packages = sys.argv[1], sys.argv[2], sys.argv[3]
+sha, python, packages, jupyter = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 labels = {
     "gpucloud.image": "base",
     "gpucloud.image.os": "Debian 12 (bookworm)",
@@ -95,6 +109,8 @@ labels = {
     "gpucloud.image.ssh": "true",
     "gpucloud.image.rootfs-sha256": sha,
 }
+if jupyter == "1":
+    labels["gpucloud.image.jupyter"] = "true"
 line = "LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())
 params = [("changes", line),
           ("changes", 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),

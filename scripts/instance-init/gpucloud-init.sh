@@ -9,6 +9,8 @@
 #   ssh_host_ed25519_key, .pub   the instance's SSH host key (optional, see below)
 #   password_hash     root's password as a crypt(3) hash, e.g. SHA-512 "$6$..." (optional;
 #                     absent = password logins are off)
+#   jupyter_token, jupyter_base_url   for an image with Jupyter Notebook (optional): its
+#                     per-instance token and base URL (/api/v1/instances/ID/jupyter/)
 #   hostname          the instance's name (only for an instance on a network holder, whose
 #                     /etc/hostname and /etc/hosts the engine writes with the holder's name:
 #                     both are rewritten in place here; the agent sets the kernel's hostname)
@@ -152,6 +154,29 @@ SSHD=
 for c in /usr/sbin/sshd /usr/bin/sshd /sbin/sshd; do
   if [ -x "$c" ]; then SSHD=$c; break; fi
 done
+
+# --- Jupyter Notebook ----------------------------------------------------------------------
+# In an image that has it, and only with the token the agent wrote: bound to the instance's
+# own address (reached by gpucloud's proxy, which adds the token; nothing is published), never
+# on 0.0.0.0 or without a token. Root is the instance's user, hence --allow-root.
+start_jupyter() {
+  command -v jupyter-notebook >/dev/null 2>&1 || return 0
+  [ -s "$CONFIG/jupyter_token" ] && [ -s "$CONFIG/jupyter_base_url" ] || return 0
+  addr=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }')
+  case "$addr" in
+    '' | 0.0.0.0 | 127.*) log "no address of its own for Jupyter: not started"; return 0 ;;
+  esac
+  token=$(head -n 1 "$CONFIG/jupyter_token" | tr -d '\r\n')
+  base=$(head -n 1 "$CONFIG/jupyter_base_url" | tr -d '\r\n')
+  [ -n "$token" ] || return 0
+  (
+    cd /root 2>/dev/null || cd /
+    JUPYTER_TOKEN=$token exec jupyter-notebook --no-browser --allow-root --ip="$addr" --port=8888 \
+      --NotebookApp.base_url="$base" --NotebookApp.allow_remote_access=True --notebook-dir="$(pwd)"
+  ) >/var/log/gpucloud-jupyter.log 2>&1 </dev/null &
+  log "Jupyter Notebook on $addr:8888$base"
+}
+start_jupyter
 
 if [ -n "$SSHD" ]; then
   if [ -s "$CONFIG/ssh_host_ed25519_key" ] && [ -s "$CONFIG/ssh_host_ed25519_key.pub" ]; then

@@ -247,8 +247,9 @@ class Parser {
   Image read_image(const toml::table& t, const std::string& path) {
     Image img;
     check_keys(t, path,
-               {"name", "engine_image", "description", "os", "python", "cuda", "frameworks", "ssh"});
+               {"name", "engine_image", "description", "os", "python", "cuda", "frameworks", "ssh", "jupyter"});
     get_bool(t, path, "ssh", img.ssh);
+    get_bool(t, path, "jupyter", img.jupyter);
     get_string(t, path, "name", img.name);
     get_string(t, path, "engine_image", img.engine_image);
     get_string(t, path, "description", img.description);

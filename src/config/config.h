@@ -50,6 +50,7 @@ struct Image {
   std::string name, engine_image, description, os, python, cuda;
   std::map<std::string, std::string> frameworks;
   bool ssh = true;  // added key: false for an image without sshd (reached by the web terminal)
+  bool jupyter = false;  // added key: true for an image with Jupyter Notebook (started by the init)
 };
 
 struct Offer {

@@ -62,6 +62,7 @@ Result<Image> begin_save_image(store::Database& db, const config::Config& config
   image.cuda = base->cuda;
   image.frameworks = base->frameworks;
   image.ssh = base->ssh;
+  image.jupyter = base->jupyter;
   image.visibility = "private";
   image.owner = instance->owner;
   image.state = "creating";

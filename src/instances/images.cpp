@@ -19,17 +19,18 @@ std::string frameworks_text(const std::map<std::string, std::string>& f) {
 }
 
 Status upsert_public(store::Database& db, const config::Image& img, bool ssh, SysTime now) {
+  const bool jupyter = img.jupyter;
   auto existing = db.one("SELECT id FROM images WHERE name = ? AND visibility = 'public' AND state != 'deleted'", {img.name});
   if (!existing) return fail(existing.error());
   if (*existing)
     return db.run("UPDATE images SET engine_image = ?, description = ?, os = ?, python = ?, cuda = ?, frameworks = ?, "
-                  "ssh = ? WHERE id = ?",
+                  "ssh = ?, jupyter = ? WHERE id = ?",
                   {img.engine_image, img.description, img.os, img.python, img.cuda, frameworks_text(img.frameworks), ssh,
-                   (*existing)->text(0)});
+                   jupyter, (*existing)->text(0)});
   return db.run("INSERT INTO images (id, name, engine_image, description, os, python, cuda, frameworks, visibility, state, "
-                "ssh, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'public', 'available', ?, ?)",
+                "ssh, jupyter, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'public', 'available', ?, ?, ?)",
                 {new_id("img"), img.name, img.engine_image, img.description, img.os, img.python, img.cuda,
-                 frameworks_text(img.frameworks), ssh, to_unix_micros(now)});
+                 frameworks_text(img.frameworks), ssh, jupyter, to_unix_micros(now)});
 }
 
 Image image_from(const store::Row& r) {
@@ -61,12 +62,13 @@ Image image_from(const store::Row& r) {
   i.purge_warned = r.int64(20) != 0;
   if (auto t = r.opt_int64(21)) i.purged_at = from_unix_micros(*t);
   i.engine_removed = r.int64(22) != 0;
+  i.jupyter = r.int64(23) != 0;
   return i;
 }
 constexpr const char* kImageColumns =
     "SELECT id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, visibility, owner, state, ssh, "
     "created_at, state_reason, own_size_bytes, host_id, source_instance, base_image_id, deleted_at, purge_warned, "
-    "purged_at, engine_removed FROM images ";
+    "purged_at, engine_removed, jupyter FROM images ";
 
 Result<std::vector<Image>> many(store::Database& db, std::string_view where, std::initializer_list<store::Arg> args) {
   auto rows = db.all(std::string(kImageColumns) + std::string(where), args);
@@ -82,6 +84,10 @@ Status seed_public_images(store::Database& db, const config::Config& config, Sys
                      "Debian 12 (bookworm) with OpenSSH, Python 3.11, tmux, procps, iproute2; built without a registry",
                      "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}}, true};
   if (auto s = upsert_public(db, base, true, now); !s) return s;
+  config::Image jupyter{kJupyterImageName, kJupyterEngineImage,
+                        "Debian 12 (bookworm) base with Jupyter Notebook 6.4 (opened from the console, no port needed)",
+                        "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}, {"notebook", "6.4"}}, true, true};
+  if (auto s = upsert_public(db, jupyter, true, now); !s) return s;
   for (const auto& img : config.images)
     if (auto s = upsert_public(db, img, img.ssh, now); !s) return s;
   return ok();
@@ -142,6 +148,7 @@ json::object image_json(const Image& i) {
           {"owner", i.owner ? json::value(*i.owner) : json::value(nullptr)},
           {"state", i.state},
           {"ssh", i.ssh},
+          {"jupyter", i.jupyter},
           {"engine_image", i.engine_image},
           {"own_size_bytes", i.own_size_bytes},
           {"source_instance", i.source_instance ? json::value(*i.source_instance) : json::value(nullptr)},
@@ -198,9 +205,9 @@ Result<std::int64_t> custom_image_count(store::Database& db, const std::string& 
 Status insert_custom_image(store::Database& db, const Image& i) {
   return db.run("INSERT INTO images (id, name, engine_image, description, os, python, cuda, frameworks, size_bytes, "
                 "visibility, owner, state, ssh, created_at, state_reason, own_size_bytes, host_id, source_instance, "
-                "base_image_id) VALUES (?, ?, '', ?, ?, ?, ?, ?, 0, 'private', ?, 'creating', ?, ?, '', 0, ?, ?, ?)",
+                "base_image_id, jupyter) VALUES (?, ?, '', ?, ?, ?, ?, ?, 0, 'private', ?, 'creating', ?, ?, '', 0, ?, ?, ?, ?)",
                 {i.id, i.name, i.description, i.os, i.python, i.cuda, frameworks_text(i.frameworks), *i.owner, i.ssh,
-                 to_unix_micros(i.created_at), i.host_id, i.source_instance, i.base_image_id});
+                 to_unix_micros(i.created_at), i.host_id, i.source_instance, i.base_image_id, i.jupyter});
 }
 
 Result<bool> finish_custom_image(store::Database& db, const std::string& id, const SaveResult& r, SysTime now) {

@@ -16,6 +16,9 @@ namespace gpucloud::instances {
 
 inline constexpr const char* kBaseImageName = "debian-12-base";
 inline constexpr const char* kBaseEngineImage = "gpucloud/base:bookworm-1";
+// The base image with Debian's Jupyter Notebook (GPUCLOUD_BASE_JUPYTER=1 scripts/build-base-image.sh).
+inline constexpr const char* kJupyterImageName = "debian-12-jupyter";
+inline constexpr const char* kJupyterEngineImage = "gpucloud/base:bookworm-jupyter-1";
 
 struct Image {
   std::string id, name, engine_image, description, os, python, cuda;
@@ -26,6 +29,7 @@ struct Image {
   std::string state;
   std::string state_reason;  // why it is in `error`
   bool ssh = true;
+  bool jupyter = false;  // has Jupyter Notebook (the init starts it; GET /instances/{id}/jupyter/)
   SysTime created_at;
   // Custom images: the layers it added over its base (what it is billed for), where the
   // engine holds it, what it was saved from, and its recycle-bin times.

@@ -46,7 +46,7 @@ constexpr const char* kInstanceColumns =
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
     "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for, i.autostop_idle_minutes, "
     "i.autostop_below_percent, i.idle_since, i.busy_reason, i.stop_at, i.release_after_stopped_days, i.schedule_warned, "
-    "i.schedule_at, i.term_anchor "
+    "i.schedule_at, i.term_anchor, COALESCE(im.jupyter, 0) "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -104,6 +104,7 @@ Result<Instance> instance_from(const store::Row& r) {
   i.schedule_warned = static_cast<int>(r.int64(45));
   i.schedule_at = time_of(r.opt_int64(46));
   i.term_anchor = time_of(r.opt_int64(47));
+  i.jupyter = r.int64(48) != 0;
   return i;
 }
 
@@ -559,7 +560,9 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["password_login"] = i.password_hash.has_value();
   o["ports"] = std::move(ports);
   o["ipv4"] = opt(i.ipv4);
-  o["jupyter_url"] = nullptr;
+  // The authenticated proxy to the instance's Jupyter (path on this API's origin), only when
+  // its image has Jupyter.
+  o["jupyter_url"] = i.jupyter ? json::value("/api/v1/instances/" + i.id + "/jupyter/") : json::value(nullptr);
   o["billing"] = json::object{{"mode", i.billing_mode},
                               {"auto_renew", i.auto_renew},
                               {"expires_at", opt_time(i.expires_at)},

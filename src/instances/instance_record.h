@@ -48,6 +48,7 @@ struct Instance {
   std::int64_t system_disk_gib = 0;
   std::string image_id;
   std::string image_name;  // read only (joined from images)
+  bool jupyter = false;    // read only: its image has Jupyter Notebook (images.jupyter)
   std::vector<std::string> ssh_keys;  // key ids
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";

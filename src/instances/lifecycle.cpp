@@ -1,11 +1,13 @@
 #include "instances/lifecycle.h"
 
 #include <exception>
+#include <filesystem>
 
 #include <boost/asio.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "auth/credentials.h"
 #include "core/fault_points.h"
 #include "core/ids.h"
 #include "disks/disk_record.h"
@@ -25,7 +27,13 @@ using S = InstanceState;
 
 InstanceService::InstanceService(asio::any_io_executor loop, const config::Config& config, store::Store& store,
                                  PlatformClock& clock, agent::HostAgent& agent)
-    : loop_(loop), config_(config), store_(store), clock_(clock), agent_(agent), reconcile_timer_(loop) {}
+    : loop_(loop), config_(config), store_(store), clock_(clock), agent_(agent), reconcile_timer_(loop) {
+  jupyter_key_ = auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "jupyter.key").string());
+}
+
+std::string InstanceService::jupyter_token(const std::string& instance_id) const {
+  return auth::keyed_hash(jupyter_key_, "jupyter\n" + instance_id).substr(0, 48);
+}
 
 InstanceService::~InstanceService() { reconcile_timer_.cancel(); }
 
@@ -120,6 +128,9 @@ asio::awaitable<Result<json::object>> InstanceService::ensure(const Instance& i,
                        {"data_disks", std::move(inputs->data_disks)},
                        {"authorized_keys", inputs->authorized_keys},
                        {"password_hash", i.password_hash ? json::value(*i.password_hash) : json::value(nullptr)}};
+  // Its image's Jupyter: the token and base URL the init starts it with.
+  if (i.jupyter)
+    desired["jupyter"] = json::object{{"token", jupyter_token(i.id)}, {"base_url", "/api/v1/instances/" + i.id + "/jupyter/"}};
   // Arguments are named locals: g++ 12 mishandles string literals inside co_await expressions.
   std::string host = i.host_name.value_or(""), kind = "instance.ensure", id = command_id(i, "ensure-" + state_text);
   auto outcome = co_await send(host, kind, std::move(desired), id);

@@ -62,6 +62,9 @@ class InstanceService {
   ViewContext view() const {
     return ViewContext{config_.public_host, config_.currency, config_.policy.release_stopped_after_days};
   }
+  // The token of the instance's Jupyter: HMAC(DATA_DIR/jupyter.key, id), so nothing is
+  // stored; the agent writes it into the instance's config directory, the proxy adds it.
+  std::string jupyter_token(const std::string& instance_id) const;
   // True while no step is queued or running for `id` (tests).
   bool idle(const std::string& id) const { return !converging_.contains(id); }
   // True while any engine work is under way (shutdown waits for it).
@@ -108,6 +111,7 @@ class InstanceService {
   PlatformClock& clock_;
   agent::HostAgent& agent_;
   disks::DiskService* disks_ = nullptr;
+  std::string jupyter_key_;
   std::set<std::string> converging_;
   std::set<std::string> dirty_;
   std::set<std::string> refresh_wanted_;

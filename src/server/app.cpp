@@ -65,6 +65,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_terminal_routes(*this);
   register_billing_routes(*this);
   register_monitoring_routes(*this);
+  register_proxy_routes(*this);  // prefix routes: after every fixed route
   // Short and lower-case: it goes into container, network and nftables names.
   auto id = store_->write_now([made = new_id("x").substr(2, 10)](store::Database& db) {
     return store::get_or_set_meta(db, "installation_id", made);
@@ -255,7 +256,7 @@ asio::awaitable<Response> App::handle(Request& request) {
           }
         }
       }
-      if (!refused && !request.body.empty()) {
+      if (!refused && !request.body.empty() && !route.prefix) {  // a proxy passes any body on
         std::string_view type = request.header("content-type");
         if (type.substr(0, type.find(';')) != "application/json") {
           result = fail(ErrorCode::unsupported_media_type, "request bodies must be application/json");

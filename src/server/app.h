@@ -48,11 +48,11 @@ struct RequestContext {
   Request& request;
   std::optional<auth::Principal> principal;  // set on every route that is not public
   std::shared_ptr<IdempotencyHold> idempotency_hold;
+  bool via_cookie = false;  // authenticated by the browser's session cookie, not a bearer token
   // What an Idempotency-Key is scoped to, when the path names a resource that a name or an id
   // can both reach (`/admin/users/bob/credit` and `/admin/users/u-1/credit` are one resource):
   // the handler sets it to the path with the resolved id. Empty: the request's path.
   std::string idempotency_resource;
-  bool via_cookie = false;  // authenticated by the browser's session cookie, not a bearer token
 
   const auth::Principal& caller() const { return *principal; }
   // The caller as the domain modules take it: a user on their own resources, or the operator.
@@ -93,14 +93,14 @@ class App {
   // The token a request authenticates with: its bearer token, else its session cookie's
   // (server/browser_session.h); "" when it has none.
   static std::string bearer_token(const Request& request);
-  // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
-  std::int64_t latest_event_seq() const { return latest_event_seq_; }
-  // Event streams park their timer here while they wait; a local commit that recorded an
-  // event cancels them all (loop only).
   // The CSRF token of a browser session (bound to the session token's id).
   std::string csrf_token(const std::string& session_token_id) const;
   // The web console's files, or null when none were found.
   const Console* console() const { return console_.get(); }
+  // The newest event seq in the store, refreshed every 200 ms by one poller for all streams.
+  std::int64_t latest_event_seq() const { return latest_event_seq_; }
+  // Event streams park their timer here while they wait; a local commit that recorded an
+  // event cancels them all (loop only).
   using Waiters = std::set<boost::asio::steady_timer*>;
   Waiters& event_waiters() { return *event_waiters_; }
   // For guards in coroutine frames that io_context's destructor may destroy after the App:
@@ -156,12 +156,12 @@ class App {
   PasswordPool password_pool_{2};
   std::set<std::string> idempotency_held_;  // scopes of requests under way (loop only)
   std::string body_hash_key_;               // DATA_DIR/idempotency.key: bodies may hold passwords
+  std::string csrf_key_;                    // DATA_DIR/csrf.key: browser sessions' CSRF tokens
+  std::unique_ptr<Console> console_;
   friend struct IdempotencyHold;
   std::int64_t latest_event_seq_ = 0;
   std::shared_ptr<Waiters> event_waiters_ = std::make_shared<Waiters>();
   bool shutting_down_ = false;
-  std::string csrf_key_;                    // DATA_DIR/csrf.key: browser sessions' CSRF tokens
-  std::unique_ptr<Console> console_;
   boost::asio::awaitable<void> poll_event_seq();
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<disks::DiskService> disks_;
@@ -236,5 +236,6 @@ void register_event_routes(App& app);
 void register_terminal_routes(App& app);
 void register_billing_routes(App& app);
 void register_monitoring_routes(App& app);
+void register_proxy_routes(App& app);
 
 }  // namespace gpucloud::server

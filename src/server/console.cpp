@@ -219,6 +219,7 @@ std::string find_console_dir(const std::string& configured, const std::string& e
   }
   if (!source_dist.empty()) candidates.emplace_back(source_dist);
   for (auto& c : candidates) {
+    c = c.lexically_normal();  // "bin/.." resolves even where bin does not exist
     std::error_code ec;
     if (fs::is_regular_file(c / "index.html", ec)) return fs::weakly_canonical(c, ec).string();
   }

@@ -278,6 +278,9 @@ json::object component_schemas() {
                       {"disabled", boolean()},
                       {"created_at", time()}});
   s["Session"] = answer({{"token", str("Bearer token")}, {"expires_at", time()}});
+  s["BrowserSession"] = answer({{"user", ref("User")},
+                                {"csrf_token", str("Send as X-CSRF-Token with every unsafe request the cookie authenticates")},
+                                {"expires_at", nullable(time())}});
   s["Token"] = answer({{"id", str("tok-...")}, {"name", str()}, {"created_at", time()}, {"expires_at", nullable(time())}});
   s["TokenCreated"] = json::object{
       {"allOf", json::array{ref("Token"), answer({{"token", str("The secret, shown only in this answer")}})}}};
@@ -316,6 +319,7 @@ json::object component_schemas() {
                        {"owner", nullable(str("null for public images"))},
                        {"state", one_of({"creating", "available", "error", "deleted"})},
                        {"ssh", boolean("The image has sshd")},
+                       {"jupyter", boolean("The image has Jupyter Notebook (its instances' jupyter_url is set)")},
                        {"engine_image", str("The container engine's reference")},
                        {"own_size_bytes", integer("Custom images: the bytes its layers add over its base (what is billed)")},
                        {"source_instance", nullable(str("Custom images: the instance it was saved from"))},
@@ -454,7 +458,9 @@ json::object component_schemas() {
                                  {"email", nullable(str())}},
                                 {"username", "password"});
   s["LoginRequest"] = object({{"username", str()}, {"password", str()}}, {"username", "password"});
-  s["PasswordChange"] = object({{"old_password", str()}, {"new_password", with(str(), "minLength", 8)}},
+  s["PasswordChange"] = object({{"old_password", str()},
+                                {"new_password", with(str(), "minLength", 8)},
+                                {"revoke_tokens", boolean("Also revoke every API token of the user")}},
                                {"old_password", "new_password"});
   s["TokenCreate"] = object({{"name", with(with(str(), "minLength", 1), "maxLength", 100)}}, {"name"});
   s["SshKeyCreate"] = object({{"name", with(str(), "pattern", kNamePattern)},
@@ -664,6 +670,12 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "GET", .pattern = "/api/v1/me", .operation_id = "getMe", .status = 200, .response = "User"},
       {.method = "PUT", .pattern = "/api/v1/me/password", .operation_id = "changePassword", .status = 204, .response = "",
        .request = "PasswordChange", .errors = {400}},
+      {.method = "POST", .pattern = "/api/v1/auth/session", .operation_id = "createBrowserSession", .status = 200,
+       .response = "BrowserSession", .request = "LoginRequest", .errors = {400, 401, 429}},
+      {.method = "GET", .pattern = "/api/v1/auth/session", .operation_id = "getBrowserSession", .status = 200,
+       .response = "BrowserSession"},
+      {.method = "DELETE", .pattern = "/api/v1/auth/session", .operation_id = "deleteBrowserSession", .status = 204,
+       .response = ""},
       // tokens
       {.method = "POST", .pattern = "/api/v1/tokens", .operation_id = "createToken", .status = 201,
        .response = "TokenCreated", .request = "TokenCreate", .idempotent = true, .errors = {400}},
@@ -717,6 +729,37 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "GET", .pattern = "/api/v1/instances/{id}/terminal", .operation_id = "openInstanceTerminal",
        .status = 101, .response = "", .errors = {400, 404, 409},
        .id_description = "The caller's own instance: id or name (not even the operator reaches another's)"},
+      // the instance proxy (any answer of the service; WebSocket upgrades too)
+      {.method = "GET", .pattern = "/api/v1/instances/{id}/jupyter/{path}", .operation_id = "getInstanceJupyterProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); Jupyter Notebook's path below its base URL"},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/jupyter/{path}", .operation_id = "postInstanceJupyterProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); Jupyter Notebook's path below its base URL"},
+      {.method = "PUT", .pattern = "/api/v1/instances/{id}/jupyter/{path}", .operation_id = "putInstanceJupyterProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); Jupyter Notebook's path below its base URL"},
+      {.method = "PATCH", .pattern = "/api/v1/instances/{id}/jupyter/{path}", .operation_id = "patchInstanceJupyterProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); Jupyter Notebook's path below its base URL"},
+      {.method = "DELETE", .pattern = "/api/v1/instances/{id}/jupyter/{path}", .operation_id = "deleteInstanceJupyterProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); Jupyter Notebook's path below its base URL"},
+      {.method = "GET", .pattern = "/api/v1/instances/{id}/proxy/{port}/{path}", .operation_id = "getInstancePortProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); a declared TCP port, then the path at the service"},
+      {.method = "POST", .pattern = "/api/v1/instances/{id}/proxy/{port}/{path}", .operation_id = "postInstancePortProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); a declared TCP port, then the path at the service"},
+      {.method = "PUT", .pattern = "/api/v1/instances/{id}/proxy/{port}/{path}", .operation_id = "putInstancePortProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); a declared TCP port, then the path at the service"},
+      {.method = "PATCH", .pattern = "/api/v1/instances/{id}/proxy/{port}/{path}", .operation_id = "patchInstancePortProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); a declared TCP port, then the path at the service"},
+      {.method = "DELETE", .pattern = "/api/v1/instances/{id}/proxy/{port}/{path}", .operation_id = "deleteInstancePortProxy", .status = 200, .response = "",
+       .errors = {404, 409, 503}, .media = "*/*",
+       .id_description = "The caller's own instance (id or name); a declared TCP port, then the path at the service"},
       // SSH keys
       {.method = "POST", .pattern = "/api/v1/ssh-keys", .operation_id = "createSshKey", .status = 201, .response = "SshKey",
        .request = "SshKeyCreate", .idempotent = true, .errors = {400, 409}},

@@ -25,6 +25,10 @@ struct Route {
   std::string tag;
   Handler handler;
   std::vector<std::string> segments;  // split pattern; "{x}" marks a parameter
+  // A prefix route: its last segment ("{path}") stands for whatever follows, any depth or
+  // none (the handler reads it from the request's raw path). Its body is passed on as it is
+  // (no application/json check).
+  bool prefix = false;
 };
 
 struct RouteMatch {
@@ -37,6 +41,9 @@ class Router {
  public:
   void add(std::string method, std::string pattern, Access access, std::string tag, std::string summary,
            Handler handler);
+  // A prefix route (see Route::prefix); `pattern` ends with "/{path}".
+  void add_prefix(std::string method, std::string pattern, Access access, std::string tag, std::string summary,
+                  Handler handler);
   RouteMatch match(std::string_view method, std::string_view path, std::map<std::string, std::string>& params) const;
   const std::vector<Route>& routes() const { return routes_; }
 

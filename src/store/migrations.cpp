@@ -536,6 +536,11 @@ ALTER TABLE user_quotas ADD COLUMN snapshots INTEGER CHECK (snapshots >= 0);
 ALTER TABLE billing_accounts ADD COLUMN stop_warned_zero INTEGER;
 ALTER TABLE instances ADD COLUMN term_anchor INTEGER;
 )sql"},
+    {19, R"sql(
+-- The web console (issue 24): whether an image has Jupyter Notebook (its instances' init
+-- starts it; the API proxies it).
+ALTER TABLE images ADD COLUMN jupyter INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 }  // namespace

@@ -1,0 +1,282 @@
+// /instances/{id}/jupyter/... and /instances/{id}/proxy/{port}/...: an authenticated reverse
+// proxy (HTTP and WebSocket) to the instance's own address on the gpucloud bridge, for the
+// owner only (others: 404), with nothing published on a host port. Jupyter gets its token from
+// here (Authorization: token ...), never from the browser. What passes is in
+// server/instance_proxy.h.
+//
+// Bounded and never blocking: a connection to the instance per request (5 s to connect);
+// a response up to 4 MiB with a length is relayed whole (the browser's connection stays open),
+// a larger or unsized one is streamed through a 64 KiB buffer (chunked; its connection then
+// closes), each read with a time-out; a WebSocket is relayed message by message (16 MiB at
+// most from the instance, 1 MiB from the browser, as every WebSocket here). The request body
+// is the one the server has read (at most [server] max_body_bytes).
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <spdlog/spdlog.h>
+
+#include "instances/instance_record.h"
+#include "server/app.h"
+#include "server/browser_session.h"
+#include "server/instance_proxy.h"
+
+namespace gpucloud::server {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::uint64_t kWholeResponseMax = 4u << 20;
+constexpr std::size_t kStreamChunk = 64 * 1024;
+constexpr std::size_t kUpstreamMessageMax = 16u << 20;
+constexpr auto kConnectTimeout = std::chrono::seconds(5);
+constexpr auto kResponseTimeout = std::chrono::seconds(120);  // a kernel start, a slow page
+constexpr auto kStreamIdleTimeout = std::chrono::minutes(10);
+
+enum class Service { jupyter, port };
+
+struct Target {
+  std::string address;  // the instance's IPv4 on the bridge
+  int port = 0;
+  std::string path;     // request target at the instance
+  std::string prefix;   // what the browser's path had before it
+  std::string jupyter_token;
+};
+
+// The owner's running instance and where its service is; not_found for anyone else.
+asio::awaitable<Result<Target>> resolve(RequestContext& ctx, Service service) {
+  auto read = [owner = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) {
+    return instances::find_owned_instance(db, owner, id);
+  };
+  auto instance = co_await ctx.app.store().read(std::move(read));
+  if (!instance) co_return tl::unexpected(instance.error());
+  Target t;
+  const std::string base = "/api/v1/instances/" + ctx.param("id");
+  if (service == Service::jupyter) {
+    if (!instance->jupyter) co_return fail(ErrorCode::not_found, "instance " + instance->name + " has no Jupyter (its image has none)");
+    t.port = kJupyterPort;
+    t.prefix = base + "/jupyter";
+    t.jupyter_token = ctx.app.instances().jupyter_token(instance->id);
+  } else {
+    const std::string& text = ctx.param("port");
+    int port = 0;
+    for (char c : text) port = (c >= '0' && c <= '9' && port < 100000) ? port * 10 + (c - '0') : 100000;
+    bool declared = false;
+    for (const auto& p : instance->ports) declared = declared || (p.container_port == port && p.protocol == "tcp");
+    if (text.empty() || port < 1 || port > 65535 || !declared)
+      co_return fail(ErrorCode::not_found, "port " + text + " is not a declared TCP port of instance " + instance->name);
+    t.port = port;
+    t.prefix = base + "/proxy/" + text;
+  }
+  if (instance->state != instances::InstanceState::running)
+    co_return fail(ErrorCode::conflict, "the instance is " + std::string(instances::to_string(instance->state)));
+  if (!instance->ipv4 || instance->ipv4->empty())
+    co_return fail(ErrorCode::unavailable, "the instance's address is not known yet; try again in a moment");
+  t.address = *instance->ipv4;
+  auto target = upstream_target(ctx.request.path, t.prefix, ctx.request.query_string);
+  if (!target) co_return fail(ErrorCode::not_found, "no such path: " + ctx.request.path);
+  // Notebook's base_url is /api/v1/instances/ID/jupyter/ (by id, whatever the browser named).
+  t.path = service == Service::jupyter ? "/api/v1/instances/" + instance->id + "/jupyter" + *target : std::move(*target);
+  co_return t;
+}
+
+// The headers the instance sees (besides Host and what Beast sets).
+template <class Fields>
+void copy_request_headers(const Request& request, const Target& t, Fields& out) {
+  for (const auto& [name, value] : request.headers) {
+    // Jupyter's answers are scrubbed of its token, so they must come uncompressed.
+    if (!t.jupyter_token.empty() && name == "accept-encoding") continue;
+    if (forwards_request_header(name)) out.insert(name, value);
+  }
+  if (auto cookies = without_session_cookie(request.header("cookie")); !cookies.empty()) out.set(http::field::cookie, cookies);
+  if (!t.jupyter_token.empty()) out.set(http::field::authorization, "token " + t.jupyter_token);
+  if (auto host = request.header("host"); !host.empty()) out.set("X-Forwarded-Host", host);
+  out.set("X-Forwarded-Proto", request_is_https(request) ? "https" : "http");
+  out.set("X-Forwarded-For", request.client_address);
+  out.set("X-Forwarded-Prefix", t.prefix);
+}
+
+asio::awaitable<Result<void>> connect(beast::tcp_stream& stream, const Target& t) {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address_v4(t.address, ec);
+  if (ec) co_return fail(ErrorCode::unavailable, "the instance's address " + t.address + " is not IPv4");
+  stream.expires_after(kConnectTimeout);
+  auto [connect_ec] = co_await stream.async_connect(tcp::endpoint(address, static_cast<unsigned short>(t.port)), use_tuple);
+  if (connect_ec)
+    co_return fail(ErrorCode::unavailable, "nothing answers on port " + std::to_string(t.port) + " in the instance (" +
+                                               connect_ec.message() + ")");
+  co_return Result<void>{};
+}
+
+struct Upstream {
+  explicit Upstream(asio::any_io_executor ex) : stream(std::move(ex)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+};
+
+Response response_head(const http::response_header<>& head, std::string_view secret) {
+  Response r{static_cast<int>(head.result_int()), "", "", {}, {}, {}};
+  for (const auto& field : head) {
+    std::string name(field.name_string());
+    for (char& c : name)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (name == "content-type") {
+      r.content_type = std::string(field.value());
+      continue;
+    }
+    if (forwards_response_header(name, field.value()))
+      r.headers.emplace_back(std::move(name), scrub(std::string(field.value()), secret));
+  }
+  return r;
+}
+
+// The rest of a large or unsized body, chunk by chunk.
+asio::awaitable<void> relay_body(std::shared_ptr<Upstream> up, std::shared_ptr<http::response_parser<http::buffer_body>> parser,
+                                 std::string secret, StreamSink& sink) {
+  std::vector<char> chunk(kStreamChunk);
+  Scrubber scrubber(std::move(secret));
+  bool open = true;
+  while (!parser->is_done()) {
+    parser->get().body().data = chunk.data();
+    parser->get().body().size = chunk.size();
+    up->stream.expires_after(kStreamIdleTimeout);
+    auto [ec, n] = co_await http::async_read(up->stream, up->buffer, *parser, use_tuple);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) break;
+    std::size_t got = chunk.size() - parser->get().body().size;
+    if (got > 0 && !co_await sink.write(scrubber.feed(std::string_view(chunk.data(), got)))) {
+      open = false;
+      break;
+    }
+  }
+  if (open) (void)co_await sink.write(scrubber.finish());
+  boost::system::error_code ignored;
+  up->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<Result<Response>> proxy_http(RequestContext& ctx, Target t) {
+  auto up = std::make_shared<Upstream>(co_await asio::this_coro::executor);
+  if (auto s = co_await connect(up->stream, t); !s) co_return tl::unexpected(s.error());
+  http::request<http::string_body> req;
+  req.method_string(ctx.request.method);
+  req.target(t.path);
+  req.version(11);
+  copy_request_headers(ctx.request, t, req);
+  req.set(http::field::host, t.address + ":" + std::to_string(t.port));
+  req.body() = ctx.request.body;
+  if (!ctx.request.body.empty() || ctx.request.method == "POST" || ctx.request.method == "PUT" ||
+      ctx.request.method == "PATCH")
+    req.prepare_payload();
+  req.keep_alive(false);
+  up->stream.expires_after(kResponseTimeout);
+  auto [write_ec, written] = co_await http::async_write(up->stream, req, use_tuple);
+  if (write_ec) co_return fail(ErrorCode::unavailable, "the instance's service closed the connection: " + write_ec.message());
+  http::response_parser<http::empty_body> head_parser;
+  head_parser.skip(ctx.request.method == "HEAD");
+  auto [head_ec, head_n] = co_await http::async_read_header(up->stream, up->buffer, head_parser, use_tuple);
+  if (head_ec) co_return fail(ErrorCode::unavailable, "the instance's service did not answer: " + head_ec.message());
+  // Notebook writes its token into its pages: the browser gets them without it (the proxy
+  // adds the token to every request anyway).
+  Response r = response_head(head_parser.get().base(), t.jupyter_token);
+  if (head_parser.is_done()) co_return r;  // no body (HEAD, 204, 304, Content-Length: 0)
+  auto length = head_parser.content_length();
+  if (length && *length <= kWholeResponseMax) {
+    http::response_parser<http::string_body> whole(std::move(head_parser));
+    whole.body_limit(kWholeResponseMax);
+    auto [body_ec, body_n] = co_await http::async_read(up->stream, up->buffer, whole, use_tuple);
+    if (body_ec) co_return fail(ErrorCode::unavailable, "the instance's service broke off its answer: " + body_ec.message());
+    r.body = scrub(std::move(whole.get().body()), t.jupyter_token);
+    co_return r;
+  }
+  auto parser = std::make_shared<http::response_parser<http::buffer_body>>(std::move(head_parser));
+  parser->body_limit(boost::none);
+  r.stream = [up, parser, secret = t.jupyter_token](StreamSink& sink) { return relay_body(up, parser, secret, sink); };
+  co_return r;
+}
+
+// Instance -> browser; the only writer of the browser's socket.
+asio::awaitable<void> pump_down(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel) {
+  for (;;) {
+    beast::flat_buffer buffer;
+    auto [ec, n] = co_await up->async_read(buffer, use_tuple);
+    if (ec) break;
+    if (!co_await channel->write(beast::buffers_to_string(buffer.data()), up->got_binary())) break;
+  }
+  co_await channel->close();
+}
+
+// Browser -> instance; the only writer of the instance's socket.
+asio::awaitable<void> pump_up(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel) {
+  for (;;) {
+    auto message = co_await channel->read();
+    if (!message) break;
+    up->binary(message->binary);
+    auto [ec, n] = co_await up->async_write(asio::buffer(message->data), use_tuple);
+    if (ec) break;
+  }
+  if (up->is_open()) {
+    auto [ec] = co_await up->async_close(websocket::close_code::normal, use_tuple);
+    (void)ec;
+  }
+}
+
+asio::awaitable<void> relay_websocket(Request request, Target t, WebSocketChannel* channel) {
+  websocket::stream<beast::tcp_stream> up(co_await asio::this_coro::executor);
+  if (auto s = co_await connect(beast::get_lowest_layer(up), t); !s) {
+    std::string reason = s.error().detail;  // a named local: g++ 12, see architecture.md
+    co_await channel->close(1011, std::move(reason));
+    co_return;
+  }
+  beast::get_lowest_layer(up).expires_never();
+  up.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+  up.read_message_max(kUpstreamMessageMax);
+  up.set_option(websocket::stream_base::decorator(
+      [&request, &t](websocket::request_type& req) { copy_request_headers(request, t, req); }));
+  beast::get_lowest_layer(up).expires_after(kConnectTimeout * 2);
+  std::string host = t.address + ":" + std::to_string(t.port);
+  auto [ec] = co_await up.async_handshake(host, t.path, use_tuple);
+  if (ec) {
+    std::string reason = "the instance's service refused the WebSocket: " + ec.message();
+    co_await channel->close(1011, std::move(reason));
+    co_return;
+  }
+  beast::get_lowest_layer(up).expires_never();
+  co_await (pump_down(&up, channel) && pump_up(&up, channel));
+}
+
+asio::awaitable<Result<Response>> proxy(RequestContext& ctx, Service service) {
+  auto target = co_await resolve(ctx, service);
+  if (!target) co_return tl::unexpected(target.error());
+  if (ctx.request.websocket_upgrade) {
+    Response r{101, "", "", {}, {}, {}};
+    r.websocket = [request = ctx.request, t = std::move(*target)](WebSocketChannel& channel) {
+      return relay_websocket(request, t, &channel);
+    };
+    co_return r;
+  }
+  co_return co_await proxy_http(ctx, std::move(*target));
+}
+
+asio::awaitable<Result<Response>> jupyter(RequestContext& ctx) { return proxy(ctx, Service::jupyter); }
+asio::awaitable<Result<Response>> port(RequestContext& ctx) { return proxy(ctx, Service::port); }
+
+}  // namespace
+
+void register_proxy_routes(App& app) {
+  auto& r = app.router();
+  for (const char* method : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
+    r.add_prefix(method, "/api/v1/instances/{id}/jupyter/{path}", Access::user, "instances",
+                 "The instance's Jupyter (HTTP and WebSocket; the owner only; the token is added here)", jupyter);
+    r.add_prefix(method, "/api/v1/instances/{id}/proxy/{port}/{path}", Access::user, "instances",
+                 "A declared TCP port's HTTP service (HTTP and WebSocket; the owner only; the prefix is stripped)", port);
+  }
+}
+
+}  // namespace gpucloud::server

@@ -1,0 +1,183 @@
+// The authenticated proxy to an instance's services, against the real daemon and engine:
+// a web server started in the instance reached through /proxy/PORT/ (HTTP and WebSocket), and
+// Jupyter Notebook (image debian-12-jupyter) through /jupyter/, the owner only.
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <gtest/gtest.h>
+
+#include "support/test_daemon.h"
+
+namespace gpucloud::testing {
+namespace {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+
+std::string proxy_host_config() {
+  return R"(
+[[hosts]]
+name = "node-1"
+cpu = 4
+memory_gib = 16
+port_range = ")" + port_range() + R"("
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 10
+)";
+}
+
+std::string container_of(const TestDaemon& daemon, const json::value& instance) {
+  return "gpucloud-" + daemon.installation_id() + "-" + std::string(instance.at("id").as_string());
+}
+
+// Runs `command` detached in the container (the engine's exec API).
+void exec_detached(const std::string& container, const std::string& command) {
+  json::object create{{"Cmd", json::array{"sh", "-c", command}}, {"AttachStdout", false}, {"AttachStderr", false}};
+  auto made = json::parse(docker_api("POST", "/containers/" + container + "/exec", json::serialize(create)));
+  ASSERT_TRUE(made.as_object().contains("Id")) << json::serialize(made);
+  docker_api("POST", "/exec/" + std::string(made.at("Id").as_string()) + "/start", R"({"Detach":true})");
+}
+
+struct WsClient {
+  asio::io_context io;
+  websocket::stream<beast::tcp_stream> ws{io};
+  void connect(int port, const std::string& path, const std::string& token) {
+    beast::get_lowest_layer(ws).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    ws.set_option(websocket::stream_base::decorator(
+        [token](websocket::request_type& req) { req.set(beast::http::field::authorization, "Bearer " + token); }));
+    beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
+    ws.handshake("127.0.0.1", path);
+  }
+  // Reads text messages until one contains `needle` (30 s at most); all of them.
+  std::string read_until(const std::string& needle) {
+    std::string seen;
+    beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
+    while (seen.find(needle) == std::string::npos) {
+      beast::flat_buffer buffer;
+      beast::error_code ec;
+      ws.read(buffer, ec);
+      if (ec) break;
+      seen += beast::buffers_to_string(buffer.data()) + "\n";
+    }
+    return seen;
+  }
+};
+
+TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwnerOnly) {
+  GPUCLOUD_NEED_ENGINE();
+  TestDaemon daemon(DaemonOptions{proxy_host_config()});
+  daemon.start();
+  std::string alice = daemon.register_and_login("alice");
+  ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "web"}, {"gpu_count", 0}, {"ports", json::array{22, 8000}}}, alice)
+                .status,
+            202);
+  auto running = daemon.wait_for_state("web", "running", alice);
+  ASSERT_EQ(running.at("state").as_string(), "running") << json::serialize(running);
+  EXPECT_TRUE(running.at("jupyter_url").is_null());  // the base image has no Jupyter
+  exec_detached(container_of(daemon, running),
+                "mkdir -p /srv/site/sub && echo proxied-$((6*7)) > /srv/site/sub/hello.txt && "
+                "cd /srv/site && exec python3 -m http.server 8000 >/tmp/http.log 2>&1");
+  const std::string base = "/api/v1/instances/web/proxy/8000";
+  HttpResult page;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        page = daemon.get(base + "/sub/hello.txt", alice);
+        return page.status == 200;
+      },
+      std::chrono::seconds(20), "the instance's web server to answer through the proxy", std::chrono::milliseconds(200)))
+      << page.status << " " << page.body;
+  EXPECT_EQ(page.body, "proxied-42\n");
+  EXPECT_EQ(page.headers["content-type"], "text/plain");
+  // The prefix is stripped: the listing of / names sub/.
+  auto listing = daemon.get(base + "/", alice);
+  EXPECT_EQ(listing.status, 200);
+  EXPECT_NE(listing.body.find("sub/"), std::string::npos) << listing.body;
+  EXPECT_EQ(daemon.get(base + "/missing.txt", alice).status, 404);
+  // A port that is not declared, and another user: 404.
+  EXPECT_EQ(daemon.get("/api/v1/instances/web/proxy/8001/", alice).code(), "not_found");
+  std::string bob = daemon.register_and_login("bob");
+  auto other = daemon.get(base + "/sub/hello.txt", bob);
+  EXPECT_EQ(other.status, 404);
+  EXPECT_EQ(other.body.find("proxied"), std::string::npos);
+  EXPECT_EQ(daemon.get(base + "/sub/hello.txt").status, 401);
+  // A bigger file than the whole-answer limit streams through.
+  exec_detached(container_of(daemon, running), "head -c 6000000 /dev/zero | tr '\\0' 'x' > /srv/site/big.txt");
+  HttpResult big;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        big = daemon.get(base + "/big.txt", alice);
+        return big.status == 200 && big.body.size() == 6000000;
+      },
+      std::chrono::seconds(20), "the big file through the proxy", std::chrono::milliseconds(300)))
+      << big.status << " " << big.body.size();
+}
+
+TEST(InstanceProxyTest, DOCKER_ROOT_JupyterThroughTheProxyRunsACellForTheOwnerOnly) {
+  GPUCLOUD_NEED_ENGINE();
+  if (docker_api("GET", "/images/gpucloud/base:bookworm-jupyter-1/json").find("\"Id\"") == std::string::npos)
+    GTEST_SKIP() << "needs gpucloud/base:bookworm-jupyter-1 (GPUCLOUD_BASE_JUPYTER=1 scripts/build-base-image.sh)";
+  TestDaemon daemon(DaemonOptions{proxy_host_config()});
+  daemon.start();
+  std::string alice = daemon.register_and_login("alice");
+  auto created = daemon.post("/api/v1/instances", {{"name", "nb"}, {"gpu_count", 0}, {"image", "debian-12-jupyter"}}, alice);
+  ASSERT_EQ(created.status, 202) << created.body;
+  auto running = daemon.wait_for_state("nb", "running", alice, std::chrono::seconds(90));
+  ASSERT_EQ(running.at("state").as_string(), "running") << json::serialize(running);
+  const std::string id(running.at("id").as_string());
+  ASSERT_TRUE(running.at("jupyter_url").is_string()) << json::serialize(running);
+  EXPECT_EQ(running.at("jupyter_url").as_string(), "/api/v1/instances/" + id + "/jupyter/");
+  const std::string base = "/api/v1/instances/" + id + "/jupyter";
+  HttpResult status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        status = daemon.get(base + "/api/status", alice);
+        return status.status == 200;
+      },
+      std::chrono::seconds(60), "Jupyter's /api/status through the proxy", std::chrono::milliseconds(300)))
+      << status.status << " " << status.body;
+  EXPECT_TRUE(status.json().as_object().contains("kernels")) << status.body;
+  std::string bob = daemon.register_and_login("bob");
+  EXPECT_EQ(daemon.get(base + "/api/status", bob).status, 404);
+  EXPECT_EQ(daemon.get(base + "/api/status").status, 401);
+  // The token is the proxy's: nothing the browser gets names it.
+  auto tree = daemon.get(base + "/tree", alice);
+  EXPECT_EQ(tree.status, 200);
+  auto config = docker_api("GET", "/containers/" + container_of(daemon, running) + "/json");
+  EXPECT_EQ(config.find("JUPYTER_TOKEN"), std::string::npos) << "the token is not in the container's environment";
+
+  // A kernel, and a cell over its WebSocket: 6*7.
+  auto kernel = daemon.request("POST", base + "/api/kernels", "{}", alice);
+  ASSERT_EQ(kernel.status, 201) << kernel.body;
+  const std::string kernel_id(kernel.json().at("id").as_string());
+  WsClient ws;
+  ws.connect(daemon.port(), base + "/api/kernels/" + kernel_id + "/channels?session_id=test-session", alice);
+  json::object execute{
+      {"header", {{"msg_id", "m-1"}, {"username", "test"}, {"session", "test-session"}, {"msg_type", "execute_request"},
+                  {"version", "5.3"}, {"date", ""}}},
+      {"parent_header", json::object{}},
+      {"metadata", json::object{}},
+      {"content", {{"code", "6*7"}, {"silent", false}, {"store_history", true}, {"user_expressions", json::object{}},
+                   {"allow_stdin", false}, {"stop_on_error", true}}},
+      {"channel", "shell"},
+      {"buffers", json::array{}}};
+  ws.ws.text(true);
+  ws.ws.write(asio::buffer(json::serialize(execute)));
+  auto seen = ws.read_until("execute_result");
+  std::string result;
+  std::size_t from = 0;
+  for (auto nl = seen.find('\n'); nl != std::string::npos; from = nl + 1, nl = seen.find('\n', from)) {
+    boost::system::error_code ec;
+    auto message = json::parse(seen.substr(from, nl - from), ec);
+    if (ec || !message.is_object() || !message.as_object().contains("msg_type")) continue;
+    if (message.at("msg_type") == "execute_result")
+      result = std::string(message.at("content").at("data").at("text/plain").as_string());
+  }
+  EXPECT_EQ(result, "42") << seen;
+}
+
+}  // namespace
+}  // namespace gpucloud::testing
