@@ -63,6 +63,12 @@ install_keys() {
   ) >"$tmp" && chmod 600 "$tmp" && mv -f "$tmp" "$ak"
   rm -f "$tmp"
 }
+# `init keys`: the agent, in a running instance whose keys changed (one deleted or added),
+# installs them again and nothing else, so a deleted key stops logging in at once.
+if [ "${1:-}" = keys ]; then
+  install_keys || { log "could not install authorized_keys"; exit 1; }
+  exit 0
+fi
 install_keys || log "could not install authorized_keys"
 
 # --- hostname files (instances on a network holder) -----------------------------------------

@@ -535,6 +535,11 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
     spdlog::warn(R"({{"event":"network_holders_not_adopted","error":{}}})", error_text(s.error()));
   }
   schedule_refill();
+  // What saves of an earlier run left (one killed at any step): raw copies hold secrets.
+  if (saves_in_flight_ == 0) {
+    if (auto s = co_await images_->sweep(); !s)
+      spdlog::warn(R"({{"event":"image_save_leftovers","error":{}}})", error_text(s.error()));
+  }
   co_return co_await apply_firewall();
 }
 
@@ -565,9 +570,11 @@ awaitable<Status> InstanceRuntime::ensure_network() {
     auto info = co_await driver_->ensure_network(spec);
     if (!info) co_return fail(std::move(info.error()));
     warn_if_mtu_differs(*info);
-    if (info->gateway != network_->gateway && !info->gateway.empty()) {
+    if ((info->gateway != network_->gateway && !info->gateway.empty()) ||
+        (info->bridge_name != network_->bridge && !info->bridge_name.empty())) {
       NetworkRecord updated = *network_;
-      updated.gateway = info->gateway;
+      if (!info->gateway.empty()) updated.gateway = info->gateway;
+      if (!info->bridge_name.empty()) updated.bridge = info->bridge_name;
       if (auto s = co_await save_network_record(updated); !s) co_return s;
       network_ = std::move(updated);
     }
@@ -590,7 +597,7 @@ awaitable<Status> InstanceRuntime::ensure_network() {
     }
     if (info) {
       warn_if_mtu_differs(*info);
-      NetworkRecord record{network_name_, info->subnet, info->gateway};
+      NetworkRecord record{network_name_, info->subnet, info->gateway, info->bridge_name};
       if (auto s = co_await save_network_record(record); !s) co_return s;
       network_ = std::move(record);
       network_checked_ = true;
@@ -1021,8 +1028,12 @@ awaitable<Status> InstanceRuntime::apply_firewall() {
   // The snapshot is taken now, on the strand; the single firewall thread applies snapshots
   // in the order they were taken, so the last one applied is the newest.
   auto ports = published_ports();
-  auto job = [this, ports = std::move(ports)]() -> Status {
-    return options_.apply_ports ? options_.apply_ports(ports) : firewall_.apply(ports);
+  // The bridge as the network record has it (persisted, so the guard stays in the table
+  // also when a ports-only change is applied while the engine is away).
+  firewall::HostGuard guard;
+  if (network_ && !network_->bridge.empty()) guard.interfaces.push_back(network_->bridge);
+  auto job = [this, ports = std::move(ports), guard = std::move(guard)]() -> Status {
+    return options_.apply_ports ? options_.apply_ports(ports) : firewall_.apply(ports, guard);
   };
   co_return co_await offload<Status>(firewall_thread_.get_executor(), std::move(job));
 }
@@ -1552,6 +1563,16 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
         if (!key.empty()) record.host_key = key;
       }
     }
+    // A running instance whose keys changed (the control plane sends the key set again when
+    // a key is deleted) gets them now, by the init's own installer, not at its next boot.
+    if (now->running && !booted && *config_changed) {
+      std::vector<std::string> argv{"/bin/sh", std::string(kInitPathInContainer), "keys"};
+      const std::chrono::milliseconds keys_timeout(10'000);
+      auto installed = co_await driver_->exec_run(record.container_id, std::move(argv), keys_timeout);
+      if (!installed || installed->exit_code != 0)
+        spdlog::warn(R"({{"event":"instance_keys_not_installed","instance":"{}","error":{}}})", id,
+                     installed ? q(installed->err) : error_text(installed.error()));
+    }
     // A container just booted with SSH published is `running` once its sshd accepts: the
     // user's first ssh then connects instead of meeting a closed port.
     const bool publishes_ssh = std::any_of(spec.ports.begin(), spec.ports.end(),
@@ -1974,7 +1995,10 @@ awaitable<Result<json::object>> InstanceRuntime::save_image(json::object desired
     co_return fail(ErrorCode::not_found, "instance " + id + " has no container on this host");
   if (request->base.empty()) request->base = slot.record->desired.image;
   std::string container = slot.record->container_id;
-  co_return co_await images_->save(std::move(container), std::move(*request));
+  ++saves_in_flight_;
+  auto saved = co_await images_->save(std::move(container), std::move(*request));
+  --saves_in_flight_;
+  co_return saved;
 }
 
 // ---- instance.exec -----------------------------------------------------------------------

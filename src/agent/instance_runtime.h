@@ -342,6 +342,7 @@ class InstanceRuntime {
   std::set<std::string> reserved_ips_;  // handed out, record not yet saved
   std::vector<std::string> load_problems_;
   std::unique_ptr<ImageSaver> images_;
+  int saves_in_flight_ = 0;  // start() sweeps save leftovers only while none runs
   std::optional<SystemDiskLimit> system_disk_;  // nullopt until the engine answered
   std::map<std::string, int> sample_pids_;      // container id -> its init's pid, for the sampler
   std::string storage_driver_;

@@ -455,12 +455,17 @@ asio::awaitable<void> InstanceService::reconcile() {
 }
 
 namespace {
-// The engine reports RFC 3339 wall-clock times; runs are accounted on the platform clock
-// (which a test clock may have moved), so carry over how long ago the container exited.
-std::optional<SysTime> platform_time_of(const std::string& engine_time, SysTime platform_now) {
+// The engine reports RFC 3339 wall-clock times; runs are accounted on the platform clock.
+// The real platform clock is the wall clock: the engine's time is taken as it is, exactly
+// (the reconcile pass may take seconds on a loaded host; a mapping against a platform time
+// read before the agent answered cut runs short by that much). A test clock is elsewhere in
+// time: carry over how long ago the container exited, both clocks read now, together.
+std::optional<SysTime> platform_time_of(const std::string& engine_time, const PlatformClock& clock) {
   if (engine_time.empty()) return std::nullopt;
   auto wall = parse_rfc3339(engine_time);
   if (!wall) return std::nullopt;
+  if (!clock.test_mode()) return *wall;
+  const SysTime platform_now = clock.now();
   auto ago = system_now() - *wall;
   if (ago < std::chrono::seconds(0)) ago = std::chrono::seconds(0);
   return platform_now - std::chrono::duration_cast<SysTime::duration>(ago);
@@ -504,7 +509,6 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
   }
   std::map<std::string, ContainerReport> seen;
   bool complete = true;
-  const SysTime platform_now = clock_.now();
   for (const auto& host : hosts) {
     std::string kind = "instance.status";
     auto outcome = co_await send(host, kind, json::object());
@@ -528,7 +532,7 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
         r.exists = observed_bool(*o, "exists");
         r.running = observed_bool(*o, "running");
         r.reason = observed_string(*o, "state_reason");
-        r.finished_at = platform_time_of(observed_string(*o, "finished_at"), platform_now);
+        r.finished_at = platform_time_of(observed_string(*o, "finished_at"), clock_);
         seen[observed_string(*o, "instance_id")] = r;
       }
     }

@@ -37,6 +37,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -579,13 +580,14 @@ TEST_P(NftablesFirewallTest, ROOT_RemoveTableRemovesEverything) {
   ASSERT_FALSE(current);
   EXPECT_EQ(current.error().code, ErrorCode::not_found);
   EXPECT_FALSE(http_get(client_ns_, host_ip_, tcp_host_port_, kBlockedTimeout));
-  // route_localnet goes off with the last gpucloud table (its guard goes with the table).
-  // Under the host lock: tests in other processes may be applying their own tables.
+  // route_localnet goes off with the last gpucloud table (its guard goes with the table), and
+  // stays on while another one (a test in another process) still needs and guards it: checked
+  // either way. Under the host lock: no table comes or goes while we look.
   {
     FileLock lock;
-    if (sh("nft list tables ip").second.find("table ip gpucloud") == std::string::npos) {
-      EXPECT_EQ(sh("cat /proc/sys/net/ipv4/conf/all/route_localnet").second, "0\n");
-    }
+    const bool others = sh("nft list tables ip").second.find("table ip gpucloud") != std::string::npos;
+    EXPECT_EQ(sh("cat /proc/sys/net/ipv4/conf/all/route_localnet").second, others ? "1\n" : "0\n")
+        << (others ? "another gpucloud table still relies on it" : "no gpucloud table is left");
   }
   auto again = firewall_->remove_table();
   EXPECT_TRUE(again) << again.error().detail;
@@ -765,6 +767,29 @@ TEST_P(NftablesFirewallTest, ROOT_DockerUserRuleIsRestoredByApply) {
   apply({"0.0.0.0/0"});
   EXPECT_EQ(docker_user_rules(), 1);
   EXPECT_TRUE(client_reaches());
+  // The control, whatever other gpucloud rules DOCKER-USER holds (each accepts any marked
+  // connection): ours, put back at the top, is the one that accepts the client. Under the host
+  // lock no other rule is inserted above it meanwhile; its packet count must grow.
+  {
+    FileLock lock;
+    auto our_packets = [&] {
+      const std::string listing = sh("iptables -w 5 -L DOCKER-USER -v -x -n").second;
+      std::istringstream lines(listing);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("gpucloud:" + table_ + " ") == std::string::npos &&
+            !line.ends_with("gpucloud:" + table_ + " */"))
+          continue;
+        return std::stol(line);  // the first column: packets
+      }
+      return -1L;
+    };
+    const std::string first = sh("iptables -w 5 -S DOCKER-USER | sed -n 2p").second;
+    ASSERT_NE(first.find("gpucloud:" + table_), std::string::npos) << "ours is the first rule: " << first;
+    const long before = our_packets();
+    ASSERT_GE(before, 0) << sh("iptables -w 5 -L DOCKER-USER -v -x -n").second;
+    EXPECT_TRUE(client_reaches());
+    EXPECT_GT(our_packets(), before) << "the client's connection passed DOCKER-USER without our rule";
+  }
 }
 
 // route_localnet (on while a table exists) must not open the host's loopback to other hosts:
@@ -781,17 +806,37 @@ TEST_P(NftablesFirewallTest, ROOT_LoopbackIsNotReachableFromOtherHosts) {
   must("ip netns exec " + client_ns_ + " sh -c 'echo 1 >/proc/sys/net/ipv4/conf/all/route_localnet'");
   EXPECT_FALSE(http_get(client_ns_, "127.1.0.1", tcp_host_port_, kBlockedTimeout));
 
-  // The control: this test would notice a missing guard. Only where no other gpucloud table
-  // (a test in another process) guards as well; under the host lock none appears meanwhile.
+  // The control, whatever other gpucloud tables exist (a test in another process: its guard
+  // drops the same packets): it must be OUR guard that drops the attack. Under the host lock
+  // (no table changes meanwhile) our table is made again, so its chains are the newest and
+  // the kernel runs them first among hooks of equal priority (a new hook goes before older
+  // ones of its priority); the attack's SYN must then be counted by our guard's rule. Were
+  // our guard missing, nothing would count it, whichever other guard dropped it.
   {
     FileLock lock;
+    auto script = render_ruleset(table_, ports({"0.0.0.0/0"}));
+    ASSERT_TRUE(script);
+    FILE* nft = ::popen("nft -f - 2>&1", "w");
+    ASSERT_NE(nft, nullptr);
+    std::fwrite(script->data(), 1, script->size(), nft);
+    ASSERT_EQ(::pclose(nft), 0);
+    auto hits = [&] {
+      const std::string chain = sh("nft list chain ip " + table_ + " localnet_guard").second;
+      const auto at = chain.find("counter packets ");
+      return at == std::string::npos ? -1L : std::stol(chain.substr(at + 16));
+    };
+    const long before = hits();
+    ASSERT_GE(before, 0) << sh("nft list chain ip " + table_ + " localnet_guard").second;
+    EXPECT_FALSE(http_get(client_ns_, "127.1.0.1", tcp_host_port_, kBlockedTimeout));
+    EXPECT_GT(hits(), before) << "our guard did not see the attack: another table's dropped it, or ours is missing";
+    // Where ours is the only guard, also the stronger control: without it the attack works.
     const std::string tables = sh("nft list tables ip").second;
-    std::size_t ours = 0;
+    std::size_t guards = 0;
     for (auto at = tables.find("table ip gpucloud"); at != std::string::npos;
          at = tables.find("table ip gpucloud", at + 1)) {
-      ++ours;
+      ++guards;
     }
-    if (ours == 1) {
+    if (guards == 1) {
       must("nft flush chain ip " + table_ + " localnet_guard");
       EXPECT_TRUE(is_http_ok(http_get(client_ns_, "127.1.0.1", tcp_host_port_, kReachTimeout), marker_));
     }

@@ -1,9 +1,17 @@
 // Instances for real: the daemon, the Docker Engine, nftables and OpenSSH on this machine.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "core/time_format.h"
+
+#include "support/netns_client.h"
 #include "support/ssh_client.h"
 #include "support/test_daemon.h"
 
@@ -312,6 +320,128 @@ TEST_F(InstancesTest, DOCKER_ROOT_OthersGet404WrongStatesConflictRepeatsAre202An
   EXPECT_EQ(create("x", user_, {{"ports", json::array{22, 70000}}}).code(), "invalid_argument");
 }
 
+// From inside an instance, nothing on the host answers (its gateway is the host; a listener
+// of this test on the host's 0.0.0.0 is what must stay closed), while a host out on the
+// network (a client namespace) does: the daemon's table guards its bridge. A TCP handshake
+// is what counts (the instance's own python3, 2 s).
+TEST_F(InstancesTest, DOCKER_ROOT_AnInstanceReachesNoHostServiceButTheNetwork) {
+  start(1);
+  std::string error;
+  auto remote = ClientHost::make(subnet_prefix(), 0, &error);
+  GPUCLOUD_NEED("root", remote != nullptr, "cannot make a network namespace here: " + error);
+  const int port = port_block();
+  auto listen_on = [&](const std::string& ns, const std::string& ip) {
+    const int fd = socket_in(ns, SOCK_STREAM);
+    EXPECT_GE(fd, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+    EXPECT_EQ(::listen(fd, 16), 0);
+    return fd;
+  };
+  const int host_fd = listen_on("", "0.0.0.0");
+  const int remote_fd = listen_on(remote->netns(), remote->ip());
+  ASSERT_EQ(create("guarded", user_, {{"gpu_count", 0}, {"gpu_model", nullptr}}).status, 202);
+  auto running = daemon_->wait_for_state("guarded", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running") << running;
+  auto connects = [&](const std::string& ip) {
+    int rc = -1;
+    // (ssh_run single-quotes the command: no single quote inside.)
+    const std::string out = ssh_run(running, key_,
+                                    "python3 -c \"import socket; socket.create_connection((\\\"" + ip + "\\\", " +
+                                        std::to_string(port) + "), 2); print(24680)\" 2>&1",
+                                    &rc);
+    return out.find("24680") != std::string::npos;
+  };
+  int rc = -1;
+  const std::string route = ssh_run(running, key_, "ip route show default", &rc);  // "default via GW dev eth0"
+  ASSERT_EQ(rc, 0);
+  const auto via = route.find("via ");
+  ASSERT_NE(via, std::string::npos) << route;
+  const std::string gateway = route.substr(via + 4, route.find(' ', via + 4) - via - 4);
+  EXPECT_TRUE(connects(remote->ip())) << "the control: the instance reaches a host on the network";
+  EXPECT_FALSE(connects(gateway)) << "the host's listener answered through the gateway " << gateway;
+  EXPECT_FALSE(connects(remote->host_ip())) << "the host's listener answered on another of its addresses";
+  ::close(host_fd);
+  ::close(remote_fd);
+}
+
+// Revoking a key reaches the instances that run with it: deleted, it no longer logs in to
+// them within 2 s (the control plane sends the key set again, the agent installs it live);
+// the other key keeps working, and the instance was not restarted.
+TEST_F(InstancesTest, DOCKER_ROOT_ADeletedKeyNoLongerLogsInToRunningInstancesWithin2s) {
+  start(1);
+  KeyPair other = make_key();
+  auto added = daemon_->post("/api/v1/ssh-keys", {{"name", "other"}, {"public_key", other.public_key}}, user_);
+  ASSERT_EQ(added.status, 201) << added.body;
+  const std::string other_id(added.json().at("id").as_string());
+  ASSERT_EQ(create("keys", user_, {{"gpu_count", 0}, {"gpu_model", nullptr}, {"ssh_keys", json::array{"laptop", "other"}}}).status, 202);
+  auto running = daemon_->wait_for_state("keys", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running") << running;
+  int rc = -1;
+  // The control: both keys log in before the delete.
+  EXPECT_EQ(ssh_run(running, other, "echo in", &rc), "in\n");
+  ASSERT_EQ(rc, 0);
+  const std::string container = "gpucloud-" + daemon_->installation_id() + "-" + std::string(running.at("id").as_string());
+  auto started_at = [&] {
+    auto inspected = json::parse(docker_api("GET", "/containers/" + container + "/json"));
+    return std::string(inspected.at("State").at("StartedAt").as_string());
+  };
+  const std::string boot = started_at();
+
+  auto deleted = daemon_->request("DELETE", "/api/v1/ssh-keys/" + other_id, "", user_);
+  ASSERT_EQ(deleted.status, 204) << deleted.body;
+  const auto at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        int code = -1;
+        ssh_run(running, other, "true", &code);
+        return code != 0;
+      },
+      std::chrono::seconds(2), "the deleted key to stop logging in", std::chrono::milliseconds(50)))
+      << "still logs in "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - at).count() << " ms later";
+  EXPECT_EQ(ssh_run(running, key_, "echo in", &rc), "in\n");
+  EXPECT_EQ(rc, 0) << "the remaining key still logs in";
+  EXPECT_EQ(started_at(), boot) << "the same boot, not a restart";
+  EXPECT_EQ(ssh_run(running, key_, "grep -c ssh- /root/.ssh/authorized_keys", &rc), "1\n");
+  shell("rm -rf '" + other.dir + "'");
+}
+
+// A run that ends by itself ends at the engine's FinishedAt, exactly (real clock): killed
+// ~3 s after `running`, the instance records run_seconds ~3 and stopped_at is FinishedAt,
+// however long the reconcile pass that noticed it took.
+TEST_F(InstancesTest, DOCKER_ROOT_ARunThatEndsByItselfEndsAtTheEnginesFinishedAt) {
+  start(1);
+  ASSERT_EQ(create("short", user_, {{"gpu_count", 0}, {"gpu_model", nullptr}}).status, 202);
+  auto running = daemon_->wait_for_state("short", "running", user_);
+  ASSERT_EQ(running.at("state").as_string(), "running") << running;
+  const auto started = parse_rfc3339(std::string(running.at("started_at").as_string()));
+  ASSERT_TRUE(started);
+  const std::string container = "gpucloud-" + daemon_->installation_id() + "-" + std::string(running.at("id").as_string());
+  // The run's length is what is measured: wait until 3 s have passed on the platform's clock.
+  ASSERT_TRUE(wait_until([&] { return system_now() - *started >= std::chrono::seconds(3); }, std::chrono::seconds(10),
+                         "3 s of run", std::chrono::milliseconds(20)));
+  docker_api("POST", "/containers/" + container + "/kill?signal=KILL");
+  auto stopped = daemon_->wait_for_state("short", "stopped", user_, std::chrono::seconds(30));
+  ASSERT_EQ(stopped.at("state").as_string(), "stopped") << stopped;
+  const auto inspected = json::parse(docker_api("GET", "/containers/" + container + "/json"));
+  const auto finished = parse_rfc3339(std::string(inspected.at("State").at("FinishedAt").as_string()));
+  ASSERT_TRUE(finished) << inspected;
+  const auto stopped_at = parse_rfc3339(std::string(stopped.at("stopped_at").as_string()));
+  ASSERT_TRUE(stopped_at) << stopped;
+  EXPECT_LE(std::chrono::abs(*stopped_at - *finished), std::chrono::milliseconds(1))
+      << "stopped_at " << stopped.at("stopped_at") << ", the engine's FinishedAt "
+      << inspected.at("State").at("FinishedAt");
+  const auto expected = std::chrono::duration_cast<std::chrono::seconds>(*finished - *started).count();
+  EXPECT_GE(expected, 3);
+  EXPECT_EQ(stopped.at("run_seconds").as_int64(), expected) << stopped;
+}
+
 TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownContainersAreStoppedNotDeleted) {
   start(2);
   ASSERT_EQ(create("dies", user_).status, 202);
@@ -419,16 +549,16 @@ namespace {
 
 // kill -9 at each named step, restart, and within 10 s the instance is in a true state with
 // its GPU held exactly as that state says and no container left over.
-struct CrashCase {
+struct InstanceCrashCase {
   const char* fault;
   const char* action;  // what triggers the step
   const char* expected_state;
 };
 
-class InstanceCrashTest : public InstancesTest, public ::testing::WithParamInterface<CrashCase> {};
+class InstanceCrashTest : public InstancesTest, public ::testing::WithParamInterface<InstanceCrashCase> {};
 
 TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
-  const CrashCase& c = GetParam();
+  const InstanceCrashCase& c = GetParam();
   start(1);
   std::string action = c.action;
   if (action == "rebuild") {
@@ -531,15 +661,15 @@ TEST_P(InstanceCrashTest, DOCKER_ROOT_KillNineAtTheStepThenRestartConverges) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, InstanceCrashTest,
-                         ::testing::Values(CrashCase{"create.after_engine", "create", "running"},
-                                           CrashCase{"agent.ensure.after_record_saved", "create", "running"},
-                                           CrashCase{"agent.ensure.after_container_create", "create", "running"},
-                                           CrashCase{"agent.ensure.before_firewall_apply", "create", "running"},
-                                           CrashCase{"agent.ensure.after_firewall_apply", "create", "running"},
-                                           CrashCase{"stop.before_state_commit", "stop", "stopped"},
-                                           CrashCase{"start.after_engine", "start", "running"},
-                                           CrashCase{"rebuild.after_commit", "rebuild", "running"},
-                                           CrashCase{"release.before_state_commit", "release", "released"}),
+                         ::testing::Values(InstanceCrashCase{"create.after_engine", "create", "running"},
+                                           InstanceCrashCase{"agent.ensure.after_record_saved", "create", "running"},
+                                           InstanceCrashCase{"agent.ensure.after_container_create", "create", "running"},
+                                           InstanceCrashCase{"agent.ensure.before_firewall_apply", "create", "running"},
+                                           InstanceCrashCase{"agent.ensure.after_firewall_apply", "create", "running"},
+                                           InstanceCrashCase{"stop.before_state_commit", "stop", "stopped"},
+                                           InstanceCrashCase{"start.after_engine", "start", "running"},
+                                           InstanceCrashCase{"rebuild.after_commit", "rebuild", "running"},
+                                           InstanceCrashCase{"release.before_state_commit", "release", "released"}),
                          [](const auto& info) {
                            std::string name = info.param.fault;
                            for (char& ch : name) if (ch == '.') ch = '_';

@@ -308,7 +308,7 @@ Result<std::string> render_ruleset(const std::string& table_name,
   // the way kube-proxy guards the same setting (CVE-2020-8558).
   s += "  chain localnet_guard {\n";
   s += "    type filter hook prerouting priority -300; policy accept;\n";
-  s += "    iif != \"lo\" ip daddr 127.0.0.0/8 drop\n";
+  s += "    iif != \"lo\" ip daddr 127.0.0.0/8 counter drop\n";  // counted: what it met, for the operator and tests
   s += "  }\n";
 
   // Sources are checked on every packet a client sends to a published host port (the
@@ -353,7 +353,7 @@ Result<std::string> render_ruleset(const std::string& table_name,
   s += "    type nat hook postrouting priority 99; policy accept;\n";
   s += "    ip saddr 127.0.0.0/8 ip daddr @container_ips ct status dnat masquerade\n";
   s += "  }\n";
-  // Instances reach nothing on the host itself (HostGuard): the input hook sees only what is
+  // Instances reach nothing on the host itself (HostGuard) but its DNS and ping: the input hook sees only what is
   // delivered locally, after the prerouting DNAT, so published ports (forwarded) pass. The
   // priority is below iptables' filter INPUT (0), so no accept there can let it through
   // first; a drop here is final whatever later chains say.
@@ -363,6 +363,8 @@ Result<std::string> render_ruleset(const std::string& table_name,
     s += "    type filter hook input priority -10; policy accept;\n";
     for (const auto& name : names) {
       s += "    iifname \"" + name + "\" ct state established,related accept\n";
+      s += "    iifname \"" + name + "\" meta l4proto { tcp, udp } th dport 53 accept\n";
+      s += "    iifname \"" + name + "\" icmp type echo-request accept\n";
       s += "    iifname \"" + name + "\" drop\n";
     }
     s += "  }\n";

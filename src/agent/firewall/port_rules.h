@@ -63,11 +63,13 @@ Status validate(const std::vector<PublishedPort>& ports);
 // The host's own services, closed to instances: nothing arriving on one of `interfaces` (the
 // instance bridges, Linux names of 1-15 characters [A-Za-z0-9_.-]) is delivered to the host
 // itself (to any of its addresses, the bridge's gateway among them: the input hook), except
-// replies to connections the host made (ct state established,related). Instances need
-// nothing else from the host: the engine's DNS for user-defined networks answers inside the
-// container's own namespace (127.0.0.11), and a published port reached through a host address
-// is DNATed to its instance before routing (forwarded, never delivered). Traffic forwarded
-// through the host (an instance's egress, other instances' published ports) is not touched.
+// replies to connections the host made (ct state established,related) and DNS (port 53: the
+// engine's resolver at 127.0.0.11 in the container forwards from the container's namespace to
+// the host's resolvers, which may be the host itself) and ICMP echo (ping the gateway: the
+// kernel answers, no service). A published port reached through a
+// host address is DNATed to its instance before routing (forwarded, never delivered).
+// Traffic forwarded through the host (an instance's egress, other instances' published ports)
+// is not touched.
 struct HostGuard {
   std::vector<std::string> interfaces;  // empty: no guard chain
 };

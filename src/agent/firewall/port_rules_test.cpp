@@ -87,7 +87,7 @@ TEST(FirewallPortRules, RendersTableReplacementSetsAndChains) {
   EXPECT_TRUE(has_line(s, "type nat hook prerouting priority -101; policy accept;")) << s;
   EXPECT_TRUE(has_line(s, "type nat hook output priority -101; policy accept;")) << s;
   EXPECT_TRUE(has_line(s, "type nat hook postrouting priority 99; policy accept;")) << s;
-  EXPECT_EQ(rules_of(s, "localnet_guard"), Lines{"iif != \"lo\" ip daddr 127.0.0.0/8 drop"});
+  EXPECT_EQ(rules_of(s, "localnet_guard"), Lines{"iif != \"lo\" ip daddr 127.0.0.0/8 counter drop"});
 
   // The DNAT targets, once for other hosts (prerouting), once for the host itself (output).
   EXPECT_EQ(elements_of(s, "map published"), Lines{"tcp . 30022 comment \"i-abc\" : 10.88.0.10 . 22"}) << s;
@@ -220,8 +220,12 @@ TEST(FirewallPortRules, TheHostGuardDropsWhatArrivesOnTheBridgesForTheHost) {
   // The input hook (only what is delivered to the host itself), before iptables' INPUT.
   EXPECT_NE(s.find("type filter hook input priority -10; policy accept;"), std::string::npos) << s;
   EXPECT_EQ(rules_of(s, "host_guard"), (Lines{"iifname \"br-0123456789ab\" ct state established,related accept",
+                                              "iifname \"br-0123456789ab\" meta l4proto { tcp, udp } th dport 53 accept",
+                                              "iifname \"br-0123456789ab\" icmp type echo-request accept",
                                               "iifname \"br-0123456789ab\" drop",
                                               "iifname \"gpucloud0\" ct state established,related accept",
+                                              "iifname \"gpucloud0\" meta l4proto { tcp, udp } th dport 53 accept",
+                                              "iifname \"gpucloud0\" icmp type echo-request accept",
                                               "iifname \"gpucloud0\" drop"}))
       << s;
 

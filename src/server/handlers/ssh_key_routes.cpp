@@ -1,6 +1,10 @@
 // POST/GET /ssh-keys, DELETE /ssh-keys/{id}.
+#include <algorithm>
+
 #include "api/json_input.h"
 #include "core/ids.h"
+#include "instances/instance_record.h"
+#include "instances/lifecycle.h"
 #include "instances/ssh_keys.h"
 #include "server/app.h"
 #include "server/pagination.h"
@@ -58,11 +62,24 @@ asio::awaitable<Result<Response>> get_key(RequestContext& ctx) {
 }
 
 asio::awaitable<Result<Response>> delete_key(RequestContext& ctx) {
-  auto effect = [owner = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) -> Result<Response> {
-    if (auto s = instances::delete_ssh_key(db, owner, id); !s) return tl::unexpected(s.error());
-    return empty_response(204);
+  // The owner's running instances that held the key get their key set again (the agent
+  // rewrites their authorized keys live): a deleted key stops logging in at once, not at
+  // their next boot.
+  auto effect = [owner = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) -> Result<std::vector<std::string>> {
+    auto key = instances::find_ssh_key(db, owner, id);
+    if (!key) return tl::unexpected(key.error());
+    if (auto s = instances::delete_ssh_key(db, owner, key->id); !s) return tl::unexpected(s.error());
+    auto running = instances::list_instances(db, owner, instances::InstanceState::running);
+    if (!running) return tl::unexpected(running.error());
+    std::vector<std::string> holders;
+    for (const auto& i : *running)
+      if (std::find(i.ssh_keys.begin(), i.ssh_keys.end(), key->id) != i.ssh_keys.end()) holders.push_back(i.id);
+    return holders;
   };
-  co_return co_await ctx.app.store().write(std::move(effect));
+  auto holders = co_await ctx.app.store().write(std::move(effect));
+  if (!holders) co_return tl::unexpected(holders.error());
+  for (const auto& instance : *holders) ctx.app.instances().refresh(instance);
+  co_return empty_response(204);
 }
 
 }  // namespace
