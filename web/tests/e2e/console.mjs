@@ -102,6 +102,11 @@ async function main() {
   const name = `web-${suffix}`;
   await page.getByLabel('Instance name').fill(name);
   await page.getByLabel('GPU model').selectOption({ index: 1 });
+  // The public image with Jupyter, where the daemon has one (issue 24: "debian12-jupyter").
+  const imageSelect = page.getByLabel('Image', { exact: true });
+  const imageOptions = await imageSelect.locator('option').evaluateAll((os) => os.map((o) => ({ value: o.value, text: o.textContent.trim() })));
+  const jupyterImage = imageOptions.find((o) => /jupyter/i.test(o.text))?.text;
+  if (jupyterImage) await imageSelect.selectOption(imageOptions.find((o) => o.text === jupyterImage).value);
   await page.getByRole('button', { name: 'Add a new data disk' }).click();
   await page.getByLabel('Size (GiB)').fill('1');
   await page.getByLabel('8888 (Jupyter)').check();
@@ -161,7 +166,9 @@ async function main() {
 
   // --- Jupyter (issue 24's server side: Jupyter in the base image) -----------------------
   const inst = (await page.evaluate(async (i) => (await fetch(`/api/v1/instances/${i}`)).json(), id));
-  if (!inst.jupyter_url) skipStep('Jupyter runs 6*7', 'the instance has no jupyter_url: the base image has no Jupyter yet (server side of issue 24)');
+  if (jupyterImage && !inst.jupyter_url) check(false, `an instance of ${jupyterImage} has a jupyter_url`);
+  else if (!inst.jupyter_url)
+    skipStep('Jupyter runs 6*7', 'the daemon lists no image with Jupyter (issue 24\'s server side: the debian12-jupyter image) and the instance has no jupyter_url');
   else {
     const jp = await ctx1.newPage();
     await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
@@ -396,13 +403,33 @@ async function main() {
 
 // Runs 6*7 in a new notebook of the classic Jupyter Notebook (Debian's 6.4) behind the proxy.
 async function runJupyterCell(jp) {
-  await jp.waitForLoadState('networkidle');
-  await jp.locator('#new-dropdown-button').click();
-  const [nb] = await Promise.all([
-    jp.context().waitForEvent('page'),
-    jp.locator('#kernel-python3 a, [id^="kernel-python"] a').first().click(),
-  ]);
-  await nb.waitForLoadState('domcontentloaded');
+  // Refusals of Jupyter's own requests by the proxy in front of it, for the failure message.
+  const refused = [];
+  const onResponse = (res) => {
+    if (res.url().includes('/jupyter/') && res.status() >= 400)
+      refused.push(res.text().catch(() => '').then((t) => `${res.request().method()} ${new URL(res.url()).pathname} → ${res.status()} ${t.slice(0, 160)}`));
+  };
+  jp.context().on('response', onResponse);
+  try {
+    await jp.waitForLoadState('networkidle');
+    await jp.locator('#new-dropdown-button').click();
+    // "New → Python 3" opens a blank tab, creates the notebook (POST .../api/contents), then
+    // points the tab at it (or closes it when that POST fails).
+    const [nb] = await Promise.all([
+      jp.context().waitForEvent('page'),
+      jp.locator('#kernel-python3 a, [id^="kernel-python"] a').first().click(),
+    ]);
+    await nb.waitForURL(/\/notebooks\//, { timeout: 20000 });
+    return await runCell(nb);
+  } catch (e) {
+    const why = await Promise.all(refused);
+    throw new Error(`${e.message.split('\n')[0]}${why.length ? `; refused: ${why.join('; ')}` : ''}`);
+  } finally {
+    jp.context().off('response', onResponse);
+  }
+}
+
+async function runCell(nb) {
   await nb.locator('.CodeMirror').first().waitFor({ timeout: 30000 });
   await until('the kernel to be idle', async () => (await nb.locator('#kernel_indicator_icon').getAttribute('class'))?.includes('kernel_idle_icon'), 30000);
   await nb.locator('.CodeMirror').first().click();
