@@ -155,12 +155,6 @@ sshd_has_setenv() {
   [ "$1" -gt 7 ] || { [ "$1" -eq 7 ] && [ "$2" -ge 8 ]; }
 }
 
-# --- sshd --------------------------------------------------------------------------------------
-SSHD=
-for c in /usr/sbin/sshd /usr/bin/sshd /sbin/sshd; do
-  if [ -x "$c" ]; then SSHD=$c; break; fi
-done
-
 # --- Jupyter Notebook ----------------------------------------------------------------------
 # In an image that has it, and only with the token the agent wrote: bound to the instance's
 # own address (reached by gpucloud's proxy, which adds the token; nothing is published), never
@@ -183,6 +177,12 @@ start_jupyter() {
   log "Jupyter Notebook on $addr:8888$base"
 }
 start_jupyter
+
+# --- sshd --------------------------------------------------------------------------------------
+SSHD=
+for c in /usr/sbin/sshd /usr/bin/sshd /sbin/sshd; do
+  if [ -x "$c" ]; then SSHD=$c; break; fi
+done
 
 if [ -n "$SSHD" ]; then
   if [ -s "$CONFIG/ssh_host_ed25519_key" ] && [ -s "$CONFIG/ssh_host_ed25519_key.pub" ]; then

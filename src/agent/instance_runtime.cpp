@@ -1131,22 +1131,11 @@ namespace {
 struct Secrets {
   std::string authorized_keys;
   std::optional<std::string> password_hash;
-};
-
-Result<Secrets> secrets_from_json(const json::object& desired) {
-  Secrets s;
-  if (const auto* keys = desired.if_contains("authorized_keys"); keys && !keys->is_null()) {
-    if (!keys->is_string()) return invalid("authorized_keys must be a string");
-    s.authorized_keys = std::string(keys->as_string());
-    if (s.authorized_keys.size() > 256 * 1024) return invalid("authorized_keys is larger than 256 KiB");
-    if (s.authorized_keys.find('\0') != std::string::npos) return invalid("authorized_keys holds a NUL byte");
-  }
-  if (const auto* hash = desired.if_contains("password_hash"); hash && !hash->is_null()) {
   // For an image with Jupyter: its token and base URL, written to config/jupyter_token and
   // config/jupyter_base_url for the init (absent: both files removed).
   std::optional<std::pair<std::string, std::string>> jupyter;
-    if (!hash->is_string()) return invalid("password_hash must be a string or null");
-    std::string h(hash->as_string());
+};
+
 bool jupyter_text_ok(std::string_view s, std::string_view extra) {
   return !s.empty() && s.size() <= 256 && std::all_of(s.begin(), s.end(), [&](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
@@ -1174,11 +1163,32 @@ Status write_jupyter_files(const std::string& dir, const std::optional<std::pair
   return ok();
 }
 
+Result<Secrets> secrets_from_json(const json::object& desired) {
+  Secrets s;
+  if (const auto* keys = desired.if_contains("authorized_keys"); keys && !keys->is_null()) {
+    if (!keys->is_string()) return invalid("authorized_keys must be a string");
+    s.authorized_keys = std::string(keys->as_string());
+    if (s.authorized_keys.size() > 256 * 1024) return invalid("authorized_keys is larger than 256 KiB");
+    if (s.authorized_keys.find('\0') != std::string::npos) return invalid("authorized_keys holds a NUL byte");
+  }
+  if (const auto* hash = desired.if_contains("password_hash"); hash && !hash->is_null()) {
+    if (!hash->is_string()) return invalid("password_hash must be a string or null");
+    std::string h(hash->as_string());
     if (h.empty() || h.size() > 1024 || h.find_first_of(std::string("\n\r\0", 3)) != std::string::npos ||
         h.front() != '$') {
       return invalid("password_hash must be one crypt(3) hash, e.g. \"$6$...\"");
     }
     s.password_hash = std::move(h);
+  }
+  if (const auto* j = desired.if_contains("jupyter"); j && !j->is_null()) {
+    const auto* o = j->if_object();
+    const auto* token = o ? o->if_contains("token") : nullptr;
+    const auto* base = o ? o->if_contains("base_url") : nullptr;
+    if (!token || !token->is_string() || !base || !base->is_string() ||
+        !jupyter_text_ok(token->as_string(), "") || !jupyter_text_ok(base->as_string(), "/-_.") ||
+        !base->as_string().starts_with("/") || !base->as_string().ends_with("/"))
+      return invalid("jupyter must be null or {token: alphanumeric, base_url: \"/.../\"}");
+    s.jupyter.emplace(std::string(token->as_string()), std::string(base->as_string()));
   }
   return s;
 }
@@ -1191,16 +1201,6 @@ std::vector<std::string> InstanceRuntime::drift_of(const CreatedWith& cw, const 
   if (!cw.hostname.empty() && cw.hostname != spec.name) drift.emplace_back("name");
   if (cw.cpu > 0 && std::fabs(cw.cpu - spec.cpu) > 1e-9) drift.emplace_back("cpu");
   if (cw.memory_gib > 0 && cw.memory_gib != spec.memory_gib) drift.emplace_back("memory_gib");
-  if (const auto* j = desired.if_contains("jupyter"); j && !j->is_null()) {
-    const auto* o = j->if_object();
-    const auto* token = o ? o->if_contains("token") : nullptr;
-    const auto* base = o ? o->if_contains("base_url") : nullptr;
-    if (!token || !token->is_string() || !base || !base->is_string() ||
-        !jupyter_text_ok(token->as_string(), "") || !jupyter_text_ok(base->as_string(), "/-_.") ||
-        !base->as_string().starts_with("/") || !base->as_string().ends_with("/"))
-      return invalid("jupyter must be null or {token: alphanumeric, base_url: \"/.../\"}");
-    s.jupyter.emplace(std::string(token->as_string()), std::string(base->as_string()));
-  }
   if (cw.gpu_uuids != effective_gpus(spec)) drift.emplace_back("gpu_uuids");
   if (sorted_disks(cw.data_disks) != sorted_disks(spec.data_disks)) drift.emplace_back("data_disks");
   return drift;
@@ -1375,6 +1375,11 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
     if (on_holder) {
       if (auto s = co_await write_hostname_file(id, spec.name); !s) co_return fail(std::move(s.error()));
     }
+    {
+      auto jupyter_job = [dir = store_.config_dir(id), jupyter = secrets->jupyter]() { return write_jupyter_files(dir, jupyter); };
+      if (auto s = co_await offload<Status>(state_thread_.get_executor(), std::move(jupyter_job)); !s)
+        co_return fail(std::move(s.error()));
+    }
     const bool new_filesystem = !container.exists && record.system_images.empty();
     std::string config_host_key;
     auto host_key_step = [&]() -> awaitable<Status> {
@@ -1386,11 +1391,6 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
                      error_text(key.error()));
       }
       co_return ok();
-    {
-      auto jupyter_job = [dir = store_.config_dir(id), jupyter = secrets->jupyter]() { return write_jupyter_files(dir, jupyter); };
-      if (auto s = co_await offload<Status>(state_thread_.get_executor(), std::move(jupyter_job)); !s)
-        co_return fail(std::move(s.error()));
-    }
     };
     const bool key_with_create = !container.exists;
     if (!key_with_create) {
