@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include <boost/json.hpp>
@@ -118,6 +119,16 @@ std::map<std::string, std::uint64_t> parse_subvolume_list(std::string_view text)
     if (at == std::string::npos) continue;
     out[line.substr(at + 6)] = std::strtoull(line.c_str() + 3, nullptr, 10);
   }
+  return out;
+}
+
+std::vector<std::uint64_t> stale_qgroups(const std::map<std::string, std::uint64_t>& subvolumes,
+                                         const std::map<std::uint64_t, QgroupRow>& qgroups) {
+  std::set<std::uint64_t> live;
+  for (const auto& [path, id] : subvolumes) live.insert(id);
+  std::vector<std::uint64_t> out;
+  for (const auto& [id, row] : qgroups)
+    if (id != 5 && !live.contains(id)) out.push_back(id);
   return out;
 }
 
@@ -270,6 +281,11 @@ Result<std::optional<DiskInfo>> BtrfsDriver::inspect(const std::string& disk_id)
 Result<std::vector<DiskInfo>> BtrfsDriver::list_disks() {
   auto a = accounting(true);
   if (!a) return fail(std::move(a.error()));
+  // Each deletion destroys its subvolume's qgroup, which the kernel refuses while the cleaner
+  // still holds the tree (kernels before 6.x leave it for good): the listing every reconcile
+  // takes clears what is left, one fork and only when something is (issue 23, btrfs churn).
+  if (!stale_qgroups(a->ids, a->qgroups).empty())
+    (void)run_tool({"btrfs", "qgroup", "clear-stale", mnt_}, kBtrfsProgs);
   std::vector<DiskInfo> out;
   for (const auto& id : valid_ids_in(mnt_ + "/disks")) {
     DiskInfo info;

@@ -18,6 +18,7 @@
 // ever needed (a rescan walks every extent: seconds per GiB of data).
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "agent/disks/disk_driver.h"
 
@@ -34,6 +35,10 @@ struct QgroupRow {
 std::map<std::uint64_t, QgroupRow> parse_qgroup_show(std::string_view text);
 // Pure, for tests: `btrfs subvolume list` → path relative to the pool → subvolume id.
 std::map<std::string, std::uint64_t> parse_subvolume_list(std::string_view text);
+// Level-0 qgroups no live subvolume has (the top level's 5 aside): left by subvolumes deleted
+// while the kernel could not destroy their qgroup yet (the cleaner still held the tree).
+std::vector<std::uint64_t> stale_qgroups(const std::map<std::string, std::uint64_t>& subvolumes,
+                                         const std::map<std::uint64_t, QgroupRow>& qgroups);
 
 class BtrfsDriver : public DiskDriver {
  public:

@@ -207,6 +207,11 @@ TEST(BtrfsListings, QgroupShowAndSubvolumeList) {
   EXPECT_EQ(list.at("disks/disk-a"), 256u);
   EXPECT_EQ(list.at("snapshots/snap-a"), 257u);
   EXPECT_TRUE(parse_subvolume_list("").empty());
+
+  // A qgroup whose subvolume is gone is stale (the top level's never is).
+  auto shown = parse_qgroup_show("0/5 16384 16384 none\n0/256 4096 4096 0\n0/300 4096 4096 0\n");
+  EXPECT_EQ(stale_qgroups(list, shown), std::vector<std::uint64_t>{300});
+  EXPECT_TRUE(stale_qgroups(list, q).empty());
 }
 
 TEST(DiskDriverRegistry, KnowsTheConfigsNamesAndRefusesOthers) {
