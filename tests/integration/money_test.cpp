@@ -48,7 +48,7 @@ system_disk_free_gib = 30
 system_disk_per_gib_hour = 0.5
 )";
   if (!doomed_image.empty())
-    c += "[[images]]\nname = \"doomed\"\nengine_image = \"" + doomed_image + "\"\ndescription = \"removed before use\"\n";
+    c += "[[images]]\nname = \"doomed\"\nengine_image = \"" + doomed_image + "\"\ndescription = \"nothing runs in it\"\n";
   return c;
 }
 
@@ -135,12 +135,16 @@ TEST(MoneyTest, DOCKER_ACreateCountsAnHourOfWhatTheUserAlreadyRuns) {
 
 TEST(MoneyTest, DOCKER_AFailedSubscriptionIsRefundedAndAnEarlyReleaseRefundsTheUnusedTerm) {
   GPUCLOUD_NEED_ENGINE();
-  // An image the config lists but the engine no longer has: its create fails at the engine.
+  // An image the engine holds but nothing can run in (an empty filesystem): its create fails
+  // at the engine, while the image itself stays available.
   const std::string doomed = "gpucloud-test/doomed:" + random_suffix();
-  shell("docker tag gpucloud/base:bookworm-1 " + doomed);
+  shell("tar -cf - --files-from /dev/null | docker import - " + doomed + " >/dev/null");
+  struct Untag {
+    std::string image;
+    ~Untag() { shell("docker rmi " + image + " >/dev/null 2>&1"); }
+  } untag{doomed};
   TestDaemon d(money_options(100000, doomed));
   d.start();
-  shell("docker rmi " + doomed + " >/dev/null 2>&1");
   const std::string carol = d.register_and_login("money-sub");
   const json::value images = d.get("/api/v1/images", carol).json();
   std::string doomed_id;
