@@ -66,12 +66,22 @@ export async function request<T>(method: string, path: string, body?: unknown, o
   if (method !== 'GET' && method !== 'HEAD' && csrfToken.value) headers['X-CSRF-Token'] = csrfToken.value;
   const dev = devToken();
   if (dev) headers.Authorization = `Bearer ${dev}`;
-  const res = await fetch(url, {
+  const init: RequestInit = {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: 'same-origin',
-  });
+  };
+  let res: Response;
+  try {
+    res = await fetch(url, init);
+  } catch (e) {
+    // A network failure (a keep-alive connection closed under the request): a GET is safe to
+    // send once more; anything else is reported, never repeated.
+    if (method !== 'GET') throw e;
+    await new Promise((r) => setTimeout(r, 200));
+    res = await fetch(url, init);
+  }
   if (res.status === 204) return undefined as T;
   const text = await res.text();
   let data: any = undefined;

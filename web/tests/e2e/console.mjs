@@ -170,6 +170,13 @@ async function main() {
   else if (!inst.jupyter_url)
     skipStep('Jupyter runs 6*7', 'the daemon lists no image with Jupyter (issue 24\'s server side: the debian12-jupyter image) and the instance has no jupyter_url');
   else {
+    // The console's Jupyter tab embeds the Notebook through the proxy.
+    await page.getByRole('tab', { name: 'Jupyter' }).click();
+    const frame = page.frameLocator('iframe.jupyter-frame');
+    const listed = await frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 20000 }).then(() => true, () => false);
+    check(listed, 'the Jupyter tab shows the Notebook through the proxy');
+    await shot(page, 'jupyter', 'en');
+    await page.getByRole('tab', { name: 'Terminal' }).click();
     const jp = await ctx1.newPage();
     await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
     const ok = await runJupyterCell(jp).catch((e) => (log('jupyter:', e.message), false));
