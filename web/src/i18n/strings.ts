@@ -252,6 +252,8 @@ export const strings = {
   'detail.no_gpu_metrics': ['No GPU readings: {reason}', '无 GPU 读数：{reason}'],
   'detail.needs_running': ['The instance must be running.', '实例需处于运行中。'],
   'detail.no_jupyter': ['This image has no Jupyter.', '该镜像未包含 Jupyter。'],
+  'detail.jupyter_starting': ['Jupyter is starting…', 'Jupyter 启动中…'],
+  'detail.jupyter_down': ['Jupyter does not answer. Try again later or restart the instance.', 'Jupyter 无响应，请稍后再试或重启实例。'],
   'detail.open_jupyter': ['Open Jupyter in a new tab', '在新标签页打开 Jupyter'],
   'detail.service_port': ['Service on port {port}', '端口 {port} 上的服务'],
   'detail.no_services': ['No declared web ports. Add ports such as 6006 or 7860.', '未声明网页服务端口，可添加 6006、7860 等端口。'],

@@ -173,7 +173,7 @@ async function main() {
     // The console's Jupyter tab embeds the Notebook through the proxy.
     await page.getByRole('tab', { name: 'Jupyter' }).click();
     const frame = page.frameLocator('iframe.jupyter-frame');
-    const listed = await frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 20000 }).then(() => true, () => false);
+    const listed = await frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 90000 }).then(() => true, () => false);
     check(listed, 'the Jupyter tab shows the Notebook through the proxy');
     await shot(page, 'jupyter', 'en');
     await page.getByRole('tab', { name: 'Terminal' }).click();

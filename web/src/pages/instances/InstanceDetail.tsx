@@ -146,6 +146,34 @@ function Overview({ inst, disks, events }: { inst: Instance; disks: Disk[]; even
   );
 }
 
+// Notebook starts a few seconds after the instance: ask it (GET .../jupyter/api) until it
+// answers (a minute at most) before embedding it, rather than framing the proxy's 503.
+function JupyterTab({ id }: { id: string }) {
+  const [ready, setReady] = useState<'waiting' | 'up' | 'down'>('waiting');
+  useEffect(() => {
+    let live = true;
+    const deadline = Date.now() + 60000;
+    const probe = async () => {
+      const ok = await fetch(jupyterPath(id) + 'api', { credentials: 'same-origin' }).then((r) => r.ok, () => false);
+      if (!live) return;
+      if (ok) setReady('up');
+      else if (Date.now() > deadline) setReady('down');
+      else setTimeout(probe, 1000);
+    };
+    probe();
+    return () => {
+      live = false;
+    };
+  }, [id]);
+  return (
+    <div class="jupyter">
+      <p><a href={jupyterPath(id)} target="_blank" rel="noopener">{t('detail.open_jupyter')}</a></p>
+      {ready === 'up' ? <iframe src={jupyterPath(id)} title={t('detail.tab_jupyter')} class="jupyter-frame" />
+        : <p class="muted" role="status">{ready === 'waiting' ? t('detail.jupyter_starting') : t('detail.jupyter_down')}</p>}
+    </div>
+  );
+}
+
 export default function InstanceDetail({ id, tab = 'overview' }: { id: string; tab?: string }) {
   const inst = useLoad(() => getInstance(id), [id]);
   const disks = useLoad(() => listDisks(), [id]);
@@ -183,12 +211,8 @@ export default function InstanceDetail({ id, tab = 'overview' }: { id: string; t
         )}
         {tab === 'terminal' && (i.state === 'running' ? <InstanceTerminal id={i.id} /> : <p class="muted">{t('detail.needs_running')}</p>)}
         {tab === 'jupyter' && (
-          i.jupyter_url && i.state === 'running' ? (
-            <div class="jupyter">
-              <p><a href={jupyterPath(i.id)} target="_blank" rel="noopener">{t('detail.open_jupyter')}</a></p>
-              <iframe src={jupyterPath(i.id)} title={t('detail.tab_jupyter')} class="jupyter-frame" />
-            </div>
-          ) : <p class="muted">{i.jupyter_url ? t('detail.needs_running') : t('detail.no_jupyter')}</p>
+          i.jupyter_url && i.state === 'running' ? <JupyterTab id={i.id} />
+            : <p class="muted">{i.jupyter_url ? t('detail.needs_running') : t('detail.no_jupyter')}</p>
         )}
         {tab === 'services' && (
           <ul class="plain services">
