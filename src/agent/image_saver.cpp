@@ -155,7 +155,8 @@ awaitable<Result<json::object>> ImageSaver::save(std::string container_id, SaveI
   // second commit moved the tag, and its cleaner) goes before anything is made again.
   if (auto s = co_await sweep(r.image_id); !s) co_return fail(std::move(s.error()));
   // The intermediates carry kImageSaveLabel (sweep finds them by it); the final image not.
-  std::map<std::string, std::string> labels{{std::string(kImageLabel), r.image_id}};
+  std::map<std::string, std::string> labels{{std::string(kImageLabel), r.image_id},
+                                            {std::string(kImageInstallationLabel), installation_id_}};
   std::map<std::string, std::string> raw_labels = labels;
   raw_labels[std::string(kImageSaveLabel)] = installation_id_;
   // 1. The system disk as it is (the engine pauses a running container for the commit).

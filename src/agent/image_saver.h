@@ -38,6 +38,9 @@ namespace gpucloud::agent {
 inline constexpr std::string_view kImageRepoPrefix = "gpucloud-image/";
 inline constexpr std::string_view kImageSaveLabel = "gpucloud.image-save";
 inline constexpr std::string_view kImageLabel = "gpucloud.image";
+// On saved images: the installation that saved them (not gpucloud.installation: a container
+// made from the image by anyone would then pass for one of the installation's).
+inline constexpr std::string_view kImageInstallationLabel = "gpucloud.image-installation";
 
 struct SaveImageRequest {
   std::string instance_id, image_id;

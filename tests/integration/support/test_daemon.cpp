@@ -288,6 +288,7 @@ void TestDaemon::start(const std::string& armed_fault_point) {
       lease_ = std::make_unique<ResourceLease>();
       lease_->add("containers-label", "gpucloud.installation=" + id);
       lease_->add("images-label", "gpucloud.installation=" + id);
+      lease_->add("images-label", "gpucloud.image-installation=" + id);  // its saved images
       lease_->add("network", "gpucloud-" + id);
       lease_->add("nft-table", "ip gpucloud-" + id);
       lease_->add("iptables-comment", "DOCKER-USER gpucloud:gpucloud-" + id);
