@@ -756,5 +756,53 @@ TEST_F(DisksTest, TheBinsDeadlineIsFixedAtTheFirstDeletion) {
   EXPECT_EQ(to_unix_micros(*snapshot().deleted_at), to_unix_micros(t1));
 }
 
+// Where the host's engine enforces system disk sizes, an instance's system disk takes its size
+// from the host's pool from its create until its release; an instance whose system disk the
+// pool cannot hold is refused 409 and leaves nothing behind. Where the engine cannot enforce
+// it (overlay2), the system disk is no provision.
+TEST_F(DisksTest, AnEnforcedSystemDiskTakesItsSizeFromThePoolUntilRelease) {
+  ASSERT_TRUE(write([&](store::Database& db) -> Status {
+    for (const char* h : {"node-1", "node-2"})
+      if (auto s = pool_tests::set_pool(db, h, 50); !s) return s;
+    return db.run("UPDATE hosts SET system_disk_enforced = 1");
+  }));
+  auto provisioned = [&] {
+    auto p = store_->read_now([&](store::Database& db) {
+      return db.one("SELECT COALESCE(SUM(disk_pool_provisioned_bytes), 0) FROM hosts");
+    });
+    EXPECT_TRUE(p && *p);
+    return (p && *p) ? (**p).int64(0) / market::kGiB : -1;
+  };
+  auto request = [&](const std::string& name, std::int64_t gib) {
+    instances::CreateRequest r;
+    r.name = name;
+    r.zone = "zone-a";
+    r.image = instances::kBaseImageName;
+    r.gpu_model = "RTX 4090";
+    r.gpu_count = 1;
+    r.cpu = 8;
+    r.memory_gib = 32;
+    r.system_disk_gib = gib;
+    return write([&](store::Database& db) { return instances::create_instance(db, config_, alice(), "i-" + name, r, clock_->now()); });
+  };
+  auto first = request("first", 40);
+  ASSERT_TRUE(first) << first.error().detail;
+  EXPECT_EQ(provisioned(), 40);
+  auto big = request("big", 60);
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code, ErrorCode::no_capacity);
+  EXPECT_NE(big.error().detail.find("system disk"), std::string::npos) << big.error().detail;
+  EXPECT_EQ(provisioned(), 40) << "a refused create takes nothing";
+  ASSERT_TRUE(write([&](store::Database& db) { return instances::release_instance(db, alice(), "i-first", clock_->now()); }));
+  instances_->kick("i-first");
+  ASSERT_TRUE(pump([&] { return instance("i-first").state == InstanceState::released; }));
+  EXPECT_EQ(provisioned(), 0);
+  // Not enforced: not a provision.
+  ASSERT_TRUE(write([&](store::Database& db) { return db.run("UPDATE hosts SET system_disk_enforced = 0"); }));
+  auto loose = request("loose", 60);
+  ASSERT_TRUE(loose) << loose.error().detail;
+  EXPECT_EQ(provisioned(), 0);
+}
+
 }  // namespace
 }  // namespace gpucloud::disks
