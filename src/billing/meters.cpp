@@ -191,6 +191,26 @@ Status close_meter(store::Database& db, const std::string& resource, MeterKind k
   return settle_meter(db, m, std::max(now, end));
 }
 
+Status void_meter(store::Database& db, const std::string& resource, MeterKind kind, SysTime now) {
+  auto existing = load_meter(db, resource, kind);
+  if (!existing) return fail(existing.error());
+  if (!*existing) return ok();
+  Meter m = **existing;
+  if (!m.open_since && m.accrued == 0 && m.quantity == 0 && m.charged == 0) return ok();
+  if (auto s = db.run("UPDATE meters SET accrued = 0, quantity = 0, open_since = NULL, generation = generation + 1 "
+                      "WHERE id = ? AND generation = ?",
+                      {m.id, m.generation});
+      !s)
+    return s;
+  if (db.changes() != 1) return fail(ErrorCode::conflict, "meter " + m.id + " changed while voiding it");
+  db.note_billing_change(m.account_id);
+  m.accrued = 0;
+  m.quantity = 0;
+  m.open_since.reset();
+  m.generation += 1;
+  return settle_meter(db, m, now);  // charged above 0: refunded
+}
+
 Status follow_storage(store::Database& db, const std::string& user_id, const std::string& resource, MeterKind kind,
                       std::optional<std::int64_t> gib, std::int64_t micros_per_gib_hour, SysTime now) {
   if (!gib || *gib <= 0) return close_meter(db, resource, kind, now, now);

@@ -61,6 +61,10 @@ Status open_meter(store::Database& db, const std::string& user_id, const std::st
 // Stops accruing at `until` (whole seconds since it opened) and settles it at once, so a
 // state change always writes its ledger entry. No meter, or a closed one: nothing to do.
 Status close_meter(store::Database& db, const std::string& resource, MeterKind kind, SysTime until, SysTime now);
+// The resource bills nothing at all (an instance whose create failed: its system disk, also
+// across a re-rating): the meter closes and forgets what it accrued; what was charged of it
+// goes back as a refund on the same resource. No meter: nothing to do.
+Status void_meter(store::Database& db, const std::string& resource, MeterKind kind, SysTime now);
 // A storage resource's meter follows its billable size: open at `gib` × `micros_per_gib_hour`,
 // re-rated when the size changes, closed when `gib` is nullopt (deleted, not billable).
 Status follow_storage(store::Database& db, const std::string& user_id, const std::string& resource, MeterKind kind,

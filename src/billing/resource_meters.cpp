@@ -55,6 +55,15 @@ Status follow_image(store::Database& db, const std::string& image_id, const std:
   return follow_storage(db, owner, image_id, MeterKind::image, gib, prices->image_per_gib_hour_micros, now);
 }
 
+namespace {
+// A create that failed (creating -> error) never ran, and its system disk bills nothing in
+// whatever state it goes on to (a release clears its state_reason): it went to `error` and
+// never reached `running`, as its state events (written with each change) say.
+constexpr const char* kFailedCreate =
+    "(EXISTS (SELECT 1 FROM events e WHERE e.resource = i.id AND e.type = 'instance.error') AND NOT EXISTS "
+    "(SELECT 1 FROM events e WHERE e.resource = i.id AND e.type = 'instance.running'))";
+}  // namespace
+
 Result<int> reconcile_meters(store::Database& db, SysTime now) {
   int changed = 0;
   auto each = [&](const std::string& sql, auto&& fix) -> Status {
@@ -89,7 +98,7 @@ Result<int> reconcile_meters(store::Database& db, SysTime now) {
   if (!prices) return fail(prices.error());
   if (auto s = each("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
                     // A failed create never ran: its system disk bills nothing.
-                    "NOT (i.state = 'error' AND i.state_reason LIKE 'create failed%') AND "
+                    "NOT " + std::string(kFailedCreate) + " AND "
                     "i.system_disk_gib > " + std::to_string(prices->system_disk_free_gib) + " AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
                     "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
                     [&](const store::Row& r) { return follow_system_disk(db, r.text(0), r.text(1), r.int64(2), now); });
@@ -139,7 +148,7 @@ Status rerate_storage(store::Database& db, SysTime now) {
   if (!prices) return fail(prices.error());
   auto newly = db.all("SELECT i.id, i.owner, i.system_disk_gib FROM instances i WHERE i.state != 'released' AND "
                     // A failed create never ran: its system disk bills nothing.
-                    "NOT (i.state = 'error' AND i.state_reason LIKE 'create failed%') AND "
+                    "NOT " + std::string(kFailedCreate) + " AND "
                       "i.system_disk_gib > ? AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.resource = i.id AND "
                       "m.kind = 'system_disk' AND m.open_since IS NOT NULL)",
                       {prices->system_disk_free_gib});

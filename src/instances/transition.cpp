@@ -104,7 +104,9 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   if (to == InstanceState::released)
     if (auto s = billing::follow_system_disk(db, loaded.id, loaded.owner, std::nullopt, now); !s) return s;
   if (never_ran) {
-    if (auto s = billing::close_meter(db, loaded.id, billing::MeterKind::system_disk, loaded.created_at, now); !s) return s;
+    // Voided, not closed at its opening: a price change re-rated it into intervals that
+    // began before this moment, and an hourly pass may have charged it already.
+    if (auto s = billing::void_meter(db, loaded.id, billing::MeterKind::system_disk, now); !s) return s;
     if (auto r = billing::refund_subscription(db, next, now, "the instance never ran (" + change.reason + ")"); !r)
       return fail(r.error());
   }
