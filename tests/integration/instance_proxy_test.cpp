@@ -46,9 +46,13 @@ struct WsClient {
   asio::io_context io;
   websocket::stream<beast::tcp_stream> ws{io};
   void connect(int port, const std::string& path, const std::string& token) {
+    connect_with(port, path, {{"Authorization", "Bearer " + token}});
+  }
+  void connect_with(int port, const std::string& path, std::map<std::string, std::string> headers) {
     beast::get_lowest_layer(ws).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    ws.set_option(websocket::stream_base::decorator(
-        [token](websocket::request_type& req) { req.set(beast::http::field::authorization, "Bearer " + token); }));
+    ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
+      for (const auto& [name, value] : headers) req.set(name, value);
+    }));
     beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
     ws.handshake("127.0.0.1", path);
   }
@@ -177,6 +181,31 @@ TEST(InstanceProxyTest, DOCKER_ROOT_JupyterThroughTheProxyRunsACellForTheOwnerOn
       result = std::string(message.at("content").at("data").at("text/plain").as_string());
   }
   EXPECT_EQ(result, "42") << seen;
+
+  // The browser's way: the session cookie, with this server's Origin (without one, refused
+  // before any WebSocket exists); signing out closes the relay.
+  auto signed_in = daemon.post("/api/v1/auth/session", {{"username", "alice"}, {"password", "password-123"}});
+  ASSERT_EQ(signed_in.status, 200) << signed_in.body;
+  const std::string cookie = signed_in.headers["set-cookie"].substr(0, signed_in.headers["set-cookie"].find(';'));
+  const std::string csrf(signed_in.json().at("csrf_token").as_string());
+  const std::string channels = base + "/api/kernels/" + kernel_id + "/channels?session_id=browser-session";
+  WsClient no_origin;
+  EXPECT_THROW(no_origin.connect_with(daemon.port(), channels, {{"Cookie", cookie}}), boost::system::system_error);
+  WsClient cross;
+  EXPECT_THROW(cross.connect_with(daemon.port(), channels, {{"Cookie", cookie}, {"Origin", "http://evil.example"}}),
+               boost::system::system_error);
+  WsClient browser;
+  browser.connect_with(daemon.port(), channels, {{"Cookie", cookie}, {"Origin", "http://127.0.0.1"}});
+  EXPECT_TRUE(browser.ws.is_open());
+  auto out = http_request(daemon.port(), "DELETE", "/api/v1/auth/session", "", {{"Cookie", cookie}, {"X-CSRF-Token", csrf}});
+  ASSERT_EQ(out.status, 204) << out.body;
+  beast::get_lowest_layer(browser.ws).expires_after(std::chrono::seconds(15));
+  beast::error_code ec;
+  for (int n = 0; n < 1000 && !ec; ++n) {  // kernel status messages may come first; then the close
+    beast::flat_buffer buffer;
+    browser.ws.read(buffer, ec);
+  }
+  EXPECT_TRUE(ec == websocket::error::closed || ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
 }
 
 }  // namespace

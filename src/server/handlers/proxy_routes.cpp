@@ -227,7 +227,43 @@ asio::awaitable<void> pump_up(websocket::stream<beast::tcp_stream>* up, WebSocke
   }
 }
 
-asio::awaitable<void> relay_websocket(Request request, Target t, WebSocketChannel* channel) {
+// Both pumps, then stops the watcher.
+asio::awaitable<void> pump_both(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel, bool* done,
+                                asio::steady_timer* watcher) {
+  co_await (pump_down(up, channel) && pump_up(up, channel));
+  *done = true;
+  watcher->cancel();
+}
+
+// Cuts the relay once the caller's token or session is revoked (a logout, a password change),
+// its user disabled or demoted: the timer is parked with the app's waiters, so a revoke wakes
+// it at once (as for terminals).
+asio::awaitable<void> watch_access(App* app, AccessWatch access, websocket::stream<beast::tcp_stream>* up,
+                                   const bool* done, asio::steady_timer* timer) {
+  struct Parked {
+    std::weak_ptr<App::Waiters> waiters;
+    asio::steady_timer* timer;
+    ~Parked() {
+      if (auto w = waiters.lock()) w->erase(timer);
+    }
+  } parked{app->event_waiters_handle(), timer};
+  while (!*done) {
+    timer->expires_after(std::chrono::seconds(1));
+    app->event_waiters().insert(timer);
+    auto [ec] = co_await timer->async_wait(use_tuple);
+    (void)ec;
+    if (*done) break;
+    if (!co_await access.still_valid()) {
+      spdlog::info(R"({{"event":"proxy_websocket_revoked"}})");
+      boost::system::error_code ignored;
+      beast::get_lowest_layer(*up).socket().close(ignored);  // ends both pumps
+      break;
+    }
+  }
+}
+
+asio::awaitable<void> relay_websocket(App* app, Request request, Target t, std::string token, auth::Principal principal,
+                                      WebSocketChannel* channel) {
   websocket::stream<beast::tcp_stream> up(co_await asio::this_coro::executor);
   if (auto s = co_await connect(beast::get_lowest_layer(up), t); !s) {
     std::string reason = s.error().detail;  // a named local: g++ 12, see architecture.md
@@ -248,7 +284,10 @@ asio::awaitable<void> relay_websocket(Request request, Target t, WebSocketChanne
     co_return;
   }
   beast::get_lowest_layer(up).expires_never();
-  co_await (pump_down(&up, channel) && pump_up(&up, channel));
+  bool done = false;
+  asio::steady_timer watcher(co_await asio::this_coro::executor);
+  AccessWatch access(*app, std::move(token), std::move(principal));
+  co_await (pump_both(&up, channel, &done, &watcher) && watch_access(app, std::move(access), &up, &done, &watcher));
 }
 
 asio::awaitable<Result<Response>> proxy(RequestContext& ctx, Service service) {
@@ -256,8 +295,9 @@ asio::awaitable<Result<Response>> proxy(RequestContext& ctx, Service service) {
   if (!target) co_return tl::unexpected(target.error());
   if (ctx.request.websocket_upgrade) {
     Response r{101, "", "", {}, {}, {}};
-    r.websocket = [request = ctx.request, t = std::move(*target)](WebSocketChannel& channel) {
-      return relay_websocket(request, t, &channel);
+    r.websocket = [app = &ctx.app, request = ctx.request, t = std::move(*target), token = App::bearer_token(ctx.request),
+                   principal = ctx.caller()](WebSocketChannel& channel) {
+      return relay_websocket(app, request, t, token, principal, &channel);
     };
     co_return r;
   }
