@@ -84,11 +84,21 @@ asio::awaitable<void> HttpServer::accept_loop() {
 
 namespace {
 
+// A response's own headers replace the defaults set before them; several Set-Cookie headers
+// (a proxied service's) all go out, each on its own line.
+template <class Message>
+void add_headers(Message& out, const std::vector<std::pair<std::string, std::string>>& headers) {
+  for (const auto& [name, value] : headers) {
+    if (beast::iequals(name, "set-cookie")) out.insert(http::field::set_cookie, value);
+    else out.set(name, value);
+  }
+}
+
 http::response<http::string_body> to_beast(Response&& r, unsigned version, bool keep_alive) {
   http::response<http::string_body> out{static_cast<http::status>(r.status), version};
   out.set(http::field::server, "gpucloudd");
   if (!r.content_type.empty()) out.set(http::field::content_type, r.content_type);
-  for (auto& [name, value] : r.headers) out.set(name, value);
+  add_headers(out, r.headers);
   out.body() = std::move(r.body);
   out.keep_alive(keep_alive);
   out.prepare_payload();
@@ -174,7 +184,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
       http::response<http::empty_body> head{static_cast<http::status>(response.status), version};
       head.set(http::field::server, "gpucloudd");
       if (!response.content_type.empty()) head.set(http::field::content_type, response.content_type);
-      for (auto& [name, value] : response.headers) head.set(name, value);
+      add_headers(head, response.headers);
       if (response.stream || response.websocket) keep_alive = false;
       else head.content_length(response.body.size());
       head.keep_alive(keep_alive);
@@ -294,7 +304,7 @@ asio::awaitable<void> HttpServer::stream_response(beast::tcp_stream& stream, Res
   head.set(http::field::server, "gpucloudd");
   head.set(http::field::content_type, response.content_type);
   head.set(http::field::cache_control, "no-cache");
-  for (auto& [name, value] : response.headers) head.set(name, value);
+  add_headers(head, response.headers);
   head.chunked(true);
   head.keep_alive(false);
   http::response_serializer<http::empty_body> serializer{head};

@@ -76,7 +76,7 @@ TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwner
   TestDaemon daemon(DaemonOptions{proxy_host_config()});
   daemon.start();
   std::string alice = daemon.register_and_login("alice");
-  ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "web"}, {"gpu_count", 0}, {"ports", json::array{22, 8000}}}, alice)
+  ASSERT_EQ(daemon.post("/api/v1/instances", {{"name", "web"}, {"gpu_count", 0}, {"ports", json::array{22, 8000, 8002}}}, alice)
                 .status,
             202);
   auto running = daemon.wait_for_state("web", "running", alice);
@@ -108,6 +108,28 @@ TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwner
   EXPECT_EQ(other.status, 404);
   EXPECT_EQ(other.body.find("proxied"), std::string::npos);
   EXPECT_EQ(daemon.get(base + "/sub/hello.txt").status, 401);
+  // Every Set-Cookie of the service's answer reaches the browser, except one for gpucloud's own
+  // session cookie.
+  exec_detached(container_of(daemon, running),
+                "exec python3 -c 'import http.server as h\n"
+                "class H(h.BaseHTTPRequestHandler):\n"
+                " def do_GET(s):\n"
+                "  s.send_response(200); s.send_header(\"Set-Cookie\", \"a=1; Path=/\"); s.send_header(\"Set-Cookie\", \"b=2; Path=/\")\n"
+                "  s.send_header(\"Set-Cookie\", \"gpucloud_session=planted; Path=/\"); s.send_header(\"Content-Length\", \"2\"); s.end_headers(); s.wfile.write(b\"ok\")\n"
+                "h.HTTPServer((\"\", 8002), H).serve_forever()'");
+  std::string raw;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        raw = shell("curl -s -i -H 'Authorization: Bearer " + alice + "' " + daemon.endpoint() +
+                    "/api/v1/instances/web/proxy/8002/");
+        return raw.find("HTTP/1.1 200") == 0;
+      },
+      std::chrono::seconds(20), "the cookie-setting service through the proxy", std::chrono::milliseconds(200)))
+      << raw;
+  EXPECT_NE(raw.find("Set-Cookie: a=1; Path=/"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("Set-Cookie: b=2; Path=/"), std::string::npos) << raw;
+  EXPECT_EQ(raw.find("planted"), std::string::npos) << raw;
+
   // A bigger file than the whole-answer limit streams through.
   exec_detached(container_of(daemon, running), "head -c 6000000 /dev/zero | tr '\\0' 'x' > /srv/site/big.txt");
   HttpResult big;
