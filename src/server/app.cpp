@@ -246,7 +246,8 @@ asio::awaitable<Response> App::handle(Request& request) {
           ctx.via_cookie = credential.via_cookie;
           // The cookie rides along on cross-site requests: those it authenticates show the
           // session's CSRF token (unsafe methods) and this server's Origin.
-          std::string refusal = credential.via_cookie ? cookie_request_refusal(request, csrf_key_, ctx.principal->token_id) : "";
+          std::string refusal =
+              credential.via_cookie ? cookie_request_refusal(request, csrf_key_, ctx.principal->token_id, route.prefix) : "";
           if (!refusal.empty()) {
             result = fail(ErrorCode::forbidden, std::move(refusal));
             refused = true;

@@ -92,7 +92,8 @@ RequestCredential request_credential(const Request& request) {
   return {"", false};
 }
 
-std::string cookie_request_refusal(const Request& request, std::string_view csrf_key, std::string_view session_token_id) {
+std::string cookie_request_refusal(const Request& request, std::string_view csrf_key, std::string_view session_token_id,
+                                   bool proxied) {
   bool has_origin = !trim(request.header("origin")).empty();
   if (request.websocket_upgrade) {
     if (!has_origin) return "a WebSocket authenticated by the session cookie must send Origin";
@@ -100,6 +101,10 @@ std::string cookie_request_refusal(const Request& request, std::string_view csrf
     return "";
   }
   if (has_origin && !origin_is_own(request)) return "cross-origin request refused: Origin does not match this server";
+  if (proxied && is_unsafe_method(request.method)) {
+    if (!has_origin) return "an unsafe request to an instance's web service authenticated by the session cookie must send Origin";
+    return "";
+  }
   if (is_unsafe_method(request.method) &&
       !csrf_token_matches(csrf_key, session_token_id, trim(request.header("x-csrf-token"))))
     return "missing or wrong X-CSRF-Token: a request authenticated by the session cookie needs the csrf_token of "

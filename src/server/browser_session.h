@@ -44,6 +44,10 @@ RequestCredential request_credential(const Request& request);
 // it may go on). Unsafe methods: X-CSRF-Token matching the session, and an Origin (when
 // present) naming this server. WebSocket upgrades: an Origin naming this server (a missing
 // one is refused). Anything else: an Origin, when present, naming this server.
-std::string cookie_request_refusal(const Request& request, std::string_view csrf_key, std::string_view session_token_id);
+// `proxied`: a request for an instance's own web service (/jupyter/, /proxy/PORT/), whose pages
+// cannot send the console's X-CSRF-Token (Jupyter has its own _xsrf): an unsafe method there
+// needs an Origin naming this server instead, which a cross-site form or fetch cannot forge.
+std::string cookie_request_refusal(const Request& request, std::string_view csrf_key, std::string_view session_token_id,
+                                   bool proxied = false);
 
 }  // namespace gpucloud::server

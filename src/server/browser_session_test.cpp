@@ -80,6 +80,15 @@ TEST(BrowserSessionCsrf, BoundToTheSessionAndChecked) {
   EXPECT_NE(cookie_request_refusal(ws, key, "tok-1"), "");  // no Origin on a cookie WebSocket
   ws.headers.emplace_back("origin", "http://h");
   EXPECT_EQ(cookie_request_refusal(ws, key, "tok-1"), "");
+
+  // An instance's web service (Jupyter's own XHRs): no X-CSRF-Token, but its own Origin.
+  auto proxied = with("POST", {{"host", "h"}});
+  EXPECT_NE(cookie_request_refusal(proxied, key, "tok-1", true), "") << "no Origin: refused";
+  proxied.headers.emplace_back("origin", "http://h");
+  EXPECT_EQ(cookie_request_refusal(proxied, key, "tok-1", true), "");
+  EXPECT_NE(cookie_request_refusal(proxied, key, "tok-1", false), "") << "the API itself still wants the token";
+  auto forged = with("POST", {{"host", "h"}, {"origin", "http://evil.example"}});
+  EXPECT_NE(cookie_request_refusal(forged, key, "tok-1", true).find("cross-origin"), std::string::npos);
 }
 
 }  // namespace
