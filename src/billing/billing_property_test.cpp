@@ -24,7 +24,9 @@
 // creating, available or attached; snapshots by used bytes and custom images by their own
 // bytes (whole GiB rounded up) while available; a price change re-rates storage from its
 // moment; storage (a disk, a grow, a snapshot, an image) is refused (402) in arrears or below
-// a day of what it adds, and allowed otherwise; the recycle bin purges what was deleted a
+// a day of what it adds, and allowed otherwise; a create or start likewise in arrears or when
+// the live balance is below an hour of its price (a subscription: its price) plus an hour of
+// what the user already runs; the recycle bin purges what was deleted a
 // day (recycle_days = 1) after its FIRST deletion, however often it was restored since;
 // disabling a user stops their running pay-as-you-go instances at once.
 //
@@ -385,7 +387,7 @@ Clocks clocks;
 // What the sequences exercised (printed, and some required at the end).
 struct Seen {
   int grouped_entries = 0;   // hourly entries that grouped several meters of one kind
-  int storage_refused = 0;   // storage requests refused (402) as the model said
+  int refused = 0;           // requests refused (402) as the model said
   int failed_creates = 0;    // creates that failed (subscriptions among them below)
   int failed_subscriptions = 0;
   int early_releases = 0;    // subscriptions released inside their term with a refund
@@ -587,6 +589,28 @@ class Sequence {
     return l.arrears || l.sum < storage_per_day(gib, micros);
   }
 
+  // A create or start is refused in arrears, and when the live balance (the settled one less
+  // what the open meters owe at this moment) is below an hour of its price (a subscription:
+  // its price) plus an hour of every pay-as-you-go instance the user has creating, starting
+  // or running.
+  bool model_compute_refused(int owner, std::int64_t needed) const {
+    const std::string& acct = account(owner);
+    const SeenLedger& l = seen_.at(acct);
+    std::int64_t owed = 0;
+    for (const auto& [key, m] : meters_) {
+      if (m.account != acct || !m.open_since) continue;
+      const auto c = l.charges.find(key);
+      owed += std::max<std::int64_t>(0, m.accrued_at(now_) / m.divisor() - (c == l.charges.end() ? 0 : c->second.first));
+    }
+    std::int64_t committed = 0;
+    for (const auto& i : instances_)
+      if (i.owner == owner && !i.subscription &&
+          (i.state == IS::creating || i.state == IS::starting || i.state == IS::running))
+        committed += i.price;
+    const std::int64_t live = l.sum - owed;
+    return l.arrears || live < 0 || live < needed + committed;
+  }
+
   // ---- running transactions -------------------------------------------------------------
 
   // One committed transaction; a 402 (the daemon's refusal at the door) leaves the model as it is.
@@ -616,7 +640,7 @@ class Sequence {
         if (t.refused && !*t.refused)
           return broken(t.what + " was refused (" + s.error().detail +
                         "), but the model says the balance covers a day of it and the account is not in arrears");
-        if (t.refused) ++seen_counts.storage_refused;
+        if (t.refused) ++seen_counts.refused;
         return check_meters();  // refused before any write, rolled back: the state last read
       }
       note(t.what + " -- FAILED");
@@ -843,7 +867,10 @@ class Sequence {
                                    (disk->delete_on_release ? " deleted on release" : " kept")
                              : std::string()) +
                        ")";
-    return Txn{what,
+    const std::int64_t needed = i.subscription ? prices_.gpu_hour * 150 * i.gpus : model_price(i.gpus, true);
+    const bool refused = model_compute_refused(i.owner, needed) ||
+                         (disk && model_storage_refused(i.owner, disk->size_gib, prices_.data_micros));
+    Txn t{what,
                [this, id = i.id, r, a = actor(i.owner), now = now_](store::Database& db) -> Status {
                  return done(instances::create_instance(db, config_, a, id, r, now));
                },
@@ -858,6 +885,8 @@ class Sequence {
                    model_data_disk(disks_.back(), now_);
                  }
                }};
+    t.refused = refused;
+    return t;
   }
 
   // The agent's answer to a transitional instance, as converge_once records it.
@@ -984,7 +1013,9 @@ class Sequence {
     const ModelInstance& i = instances_[k];
     // A subscription starts on its held GPUs (always inside its term here).
     const bool gpu_run = i.gpus > 0 && (i.subscription || chance(75));
-    return Txn{"start " + i.id + (i.gpus > 0 && !gpu_run ? " without GPUs" : ""),
+    // A subscription starts inside its paid term: no balance needed.
+    const bool refused = !i.subscription && model_compute_refused(i.owner, model_price(i.gpus, gpu_run));
+    Txn t{"start " + i.id + (i.gpus > 0 && !gpu_run ? " without GPUs" : ""),
                [this, id = i.id, gpu_run, a = actor(i.owner), now = now_](store::Database& db) -> Status {
                  return done(instances::start_instance(db, config_, a, id, !gpu_run, now));
                },
@@ -995,6 +1026,8 @@ class Sequence {
                  m.no_gpu = m.gpus > 0 && !gpu_run;
                  m.price = model_price(m.gpus, gpu_run);
                }};
+    t.refused = refused;
+    return t;
   }
 
   // running -> stopping (the run ends at the request), or a restart (stopping, then starting).
@@ -2118,17 +2151,17 @@ TEST_F(BillingPropertyTest, SLOW_RandomSequencesKeepLedgersBalancedAndChargesEqu
       clocks.fresh);
   const Seen& c = seen_counts;
   std::printf(
-      "[ property ] %d hourly entries grouped several meters; %d storage requests refused as the model said; %d "
+      "[ property ] %d hourly entries grouped several meters; %d requests refused (402) as the model said; %d "
       "creates failed (%d subscriptions, refunded in full); %d subscriptions released early with a refund; %d runs "
       "ended at an exit observed late (%d of them charged past it); %d snapshots, %d images; %d purged by the bin "
       "(%d after a restore); %d instances stopped by disabling their user\n",
-      c.grouped_entries, c.storage_refused, c.failed_creates, c.failed_subscriptions, c.early_releases, c.late_exits,
+      c.grouped_entries, c.refused, c.failed_creates, c.failed_subscriptions, c.early_releases, c.late_exits,
       c.late_exit_refunds, c.snapshots, c.images, c.purged, c.purged_after_restore, c.disabled_stops);
   if (count >= 1000) {  // the mix really crashes and really reaches every rule
     EXPECT_GT(crashes, count / 20);
     EXPECT_GT(kills, count / 2000);
     EXPECT_GT(c.grouped_entries, count / 100) << "the sequences rarely settle an account with several meters of a kind";
-    EXPECT_GT(c.storage_refused, count / 100);
+    EXPECT_GT(c.refused, count / 100);
     EXPECT_GT(c.failed_subscriptions, 0);
     EXPECT_GT(c.early_releases, count / 500);
     EXPECT_GT(c.late_exit_refunds, 0);
