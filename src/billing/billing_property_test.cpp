@@ -64,9 +64,9 @@
 // (GPUCLOUD_PROPERTY_TRACE=1 prints its steps when it passes too; GPUCLOUD_PROPERTY_SEED=S runs
 // other sequences; GPUCLOUD_PROPERTY_SEQUENCES=K runs K of them).
 // The real actions cost several times the old hand-written rows, so the default is 1,000
-// sequences of 8-24 steps (it was 10,000 of 5-16): about 15,000 transactions and 230
-// crash-restarts, 30 s of CPU under ASan+UBSan -O0, about a minute on a loaded 2-core machine
-// (SLOW_: label slow, 300 s limit).
+// sequences of 8-24 steps (it was 10,000 of 5-16): about 15,700 transactions and 230
+// crash-restarts, 22 s of CPU under ASan+UBSan -O0: 25 s on a quiet 2-core machine, 67 s on a
+// loaded one (SLOW_: label slow, 300 s limit).
 #include <sys/wait.h>
 #include <unistd.h>
 
