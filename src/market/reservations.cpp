@@ -1,5 +1,7 @@
 #include "market/reservations.h"
 
+#include "market/watches.h"
+
 #include "core/ids.h"
 #include "market/hosts.h"
 
@@ -130,6 +132,8 @@ Result<bool> release_reservation(store::Database& db, const std::string& holder,
                       {r.cpu, r.memory_gib, r.host_id});
       !s)
     return fail(s.error());
+  // Its GPUs are free again: whoever asked to be told about their model hears of it.
+  if (auto s = fire_watches_for_reservation(db, r.id, now); !s) return fail(s.error());
   return true;
 }
 

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include "auth/accounts.h"
+#include "events/events.h"
 #include "market/hosts.h"
 #include "market/reservations.h"
+#include "market/watches.h"
 #include "store/migrations.h"
 #include "store/store.h"
 
@@ -72,6 +75,44 @@ TEST_F(ReservationTest, ReserveRecordsGpusAndCapacityAndReleaseReturnsThem) {
   hosts = store_->read_now([](store::Database& db) { return list_hosts(db); });
   EXPECT_EQ((*hosts)[0].cpu_used, 0);
   EXPECT_FALSE((*hosts)[0].gpus[0].reserved_by);
+}
+
+// "Notify me": a watch on a sold-out model fires once when a GPU of it frees up.
+TEST_F(ReservationTest, AWatchOnASoldOutModelFiresOnceWhenAGpuFreesUp) {
+  add_host(host("node-1", 1));
+  std::string user;
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) -> Status {
+    auto u = auth::create_user(db, "watcher", std::nullopt, "x", "user", system_now());
+    if (!u) return fail(u.error());
+    user = u->id;
+    return ok();
+  }));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-one", one_gpu(), std::nullopt, system_now()); }));
+  auto w = store_->write_now([&](store::Database& db) { return watch_model(db, user, "zone-a", "RTX 4090", system_now()); });
+  ASSERT_TRUE(w) << w.error().detail;
+  auto again = store_->write_now([&](store::Database& db) { return watch_model(db, user, "zone-a", "RTX 4090", system_now()); });
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->id, w->id) << "asking again is the same watch";
+  EXPECT_FALSE(store_->write_now([&](store::Database& db) { return watch_model(db, user, "zone-a", "H100", system_now()); }))
+      << "a model not sold in the zone";
+  auto fired = [&] {
+    auto events = store_->read_now([&](store::Database& db) { return events::list(db, events::Query{user, 0, {}, 100}); });
+    return events ? std::count_if(events->begin(), events->end(),
+                                  [](const events::Event& e) { return e.type == "market.gpu_available"; })
+                  : -1;
+  };
+  EXPECT_EQ(fired(), 0);
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-one", system_now()); }));
+  EXPECT_EQ(fired(), 1);
+  auto listed = store_->read_now([&](store::Database& db) { return list_watches(db, user); });
+  ASSERT_TRUE(listed && listed->size() == 1u);
+  EXPECT_TRUE(listed->front().fired_at);
+  // Taken and freed again: the watch has fired, nothing more.
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return reserve(db, "i-two", one_gpu(), std::nullopt, system_now()); }));
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return release_reservation(db, "i-two", system_now()); }));
+  EXPECT_EQ(fired(), 1);
+  EXPECT_FALSE(store_->write_now([&](store::Database& db) { return delete_watch(db, "u-someone-else", w->id); }));
+  EXPECT_TRUE(store_->write_now([&](store::Database& db) { return delete_watch(db, user, w->id); }));
 }
 
 TEST_F(ReservationTest, NoCapacityNamesWhatIsShort) {

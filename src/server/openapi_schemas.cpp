@@ -448,8 +448,8 @@ json::object component_schemas() {
   s["PriceTable"] = std::move(prices);
   s["Clock"] = answer({{"now", time("The platform time after the advance")}});
   for (std::string_view item :
-       {"User", "AdminUser", "Token", "Zone", "MarketOffer", "Image", "Instance", "SshKey", "Event", "Host", "Disk",
-        "Snapshot", "SecurityGroup", "LedgerEntry"})
+       {"User", "AdminUser", "Token", "Zone", "MarketOffer", "MarketWatch", "Image", "Instance", "SshKey", "Event",
+        "Host", "Disk", "Snapshot", "SecurityGroup", "LedgerEntry"})
     s[std::string(item) + "List"] = list_of(item);
 
   // Request bodies.
@@ -539,6 +539,12 @@ json::object component_schemas() {
                                 {"state", one_of({"ok", "low", "arrears"})},
                                 {"alert", nullable_ref("BillingAlert")},
                                 {"arrears_since", nullable(time("When the balance reached zero"))}});
+  s["MarketWatch"] = answer({{"id", str("watch-...")},
+                             {"zone", str()},
+                             {"gpu_model", str()},
+                             {"created_at", time()},
+                             {"fired_at", nullable(time("When a GPU of it freed up and the watch fired"))}});
+  s["MarketWatchCreate"] = object({{"zone", str()}, {"gpu_model", str()}}, {"zone", "gpu_model"});
   s["AdminUser"] = answer({{"id", str("u-...")},
                            {"username", str()},
                            {"email", nullable(str())},
@@ -699,6 +705,12 @@ const std::vector<OperationSpec>& operation_specs() {
        .errors = {400}, .query = page},
       {.method = "GET", .pattern = "/api/v1/market", .operation_id = "listMarketOffers", .status = 200,
        .response = "MarketOfferList", .errors = {400}, .query = page},
+      {.method = "POST", .pattern = "/api/v1/market/watches", .operation_id = "createMarketWatch", .status = 201,
+       .response = "MarketWatch", .request = "MarketWatchCreate", .idempotent = true, .errors = {400}},
+      {.method = "GET", .pattern = "/api/v1/market/watches", .operation_id = "listMarketWatches", .status = 200,
+       .response = "MarketWatchList", .errors = {400}, .query = page},
+      {.method = "DELETE", .pattern = "/api/v1/market/watches/{id}", .operation_id = "deleteMarketWatch", .status = 204,
+       .response = "", .errors = {404}, .id_description = "The watch's id"},
       {.method = "GET", .pattern = "/api/v1/admin/hosts", .operation_id = "adminListHosts", .status = 200,
        .response = "HostList", .errors = {400}, .query = page},
       {.method = "GET", .pattern = "/api/v1/admin/prices", .operation_id = "adminGetPrices", .status = 200,

@@ -541,6 +541,20 @@ ALTER TABLE instances ADD COLUMN term_anchor INTEGER;
 -- starts it; the API proxies it).
 ALTER TABLE images ADD COLUMN jupyter INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    {20, R"sql(
+-- "Notify me" on a sold-out GPU model (issue 24): a user's watch on a zone's model, fired
+-- once (an event and the alert webhook) when a GPU of it frees up.
+CREATE TABLE market_watches (
+  id TEXT PRIMARY KEY,
+  user_id TEXT NOT NULL REFERENCES users(id),
+  zone TEXT NOT NULL,
+  gpu_model TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  fired_at INTEGER
+);
+CREATE INDEX market_watches_open ON market_watches(zone, gpu_model) WHERE fired_at IS NULL;
+CREATE UNIQUE INDEX market_watches_one_open ON market_watches(user_id, zone, gpu_model) WHERE fired_at IS NULL;
+)sql"},
 };
 
 }  // namespace

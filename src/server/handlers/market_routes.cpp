@@ -3,6 +3,7 @@
 #include "market/hosts.h"
 #include "market/offers.h"
 #include "market/prices.h"
+#include "market/watches.h"
 #include "billing/resource_meters.h"
 #include "server/app.h"
 #include "server/pagination.h"
@@ -81,12 +82,50 @@ asio::awaitable<Result<Response>> put_prices(RequestContext& ctx) {
   co_return co_await ctx.app.store().write(std::move(save));
 }
 
+// POST /market/watches {zone, gpu_model}: "notify me" when a GPU of it frees up.
+asio::awaitable<Result<Response>> create_watch(RequestContext& ctx) {
+  auto body = api::parse_object(ctx.request.body);
+  if (!body) co_return tl::unexpected(body.error());
+  if (auto s = api::only_fields(*body, {"zone", "gpu_model"}, ""); !s) co_return tl::unexpected(s.error());
+  auto zone = api::required_string(*body, "zone");
+  if (!zone) co_return tl::unexpected(zone.error());
+  auto model = api::required_string(*body, "gpu_model");
+  if (!model) co_return tl::unexpected(model.error());
+  auto effect = [user = ctx.caller().user.id, zone = *zone, model = *model,
+                 now = ctx.app.clock().now()](store::Database& db) -> Result<Response> {
+    auto w = market::watch_model(db, user, zone, model, now);
+    if (!w) return tl::unexpected(w.error());
+    return json_response(201, market::watch_json(*w));
+  };
+  co_return co_await ctx.app.run_idempotent(ctx, std::move(effect));
+}
+
+asio::awaitable<Result<Response>> list_watches(RequestContext& ctx) {
+  auto read = [user = ctx.caller().user.id](store::Database& db) { return market::list_watches(db, user); };
+  auto all = co_await ctx.app.store().read(std::move(read));
+  if (!all) co_return tl::unexpected(all.error());
+  json::array items;
+  for (const auto& w : *all) items.push_back(market::watch_json(w));
+  co_return list_response(ctx, items);
+}
+
+asio::awaitable<Result<Response>> delete_watch(RequestContext& ctx) {
+  auto write = [user = ctx.caller().user.id, id = ctx.param("id")](store::Database& db) {
+    return market::delete_watch(db, user, id);
+  };
+  if (auto s = co_await ctx.app.store().write(std::move(write)); !s) co_return tl::unexpected(s.error());
+  co_return empty_response(204);
+}
+
 }  // namespace
 
 void register_market_routes(App& app) {
   auto& r = app.router();
   r.add("GET", "/api/v1/zones", Access::user, "market", "Zones", zones);
   r.add("GET", "/api/v1/market", Access::user, "market", "GPU offers with live free counts and prices", market_list);
+  r.add("POST", "/api/v1/market/watches", Access::user, "market", "Be told when a GPU of a model frees up", create_watch);
+  r.add("GET", "/api/v1/market/watches", Access::user, "market", "Own market watches", list_watches);
+  r.add("DELETE", "/api/v1/market/watches/{id}", Access::user, "market", "Stop watching", delete_watch);
   r.add("GET", "/api/v1/admin/hosts", Access::admin, "admin", "Hosts, their GPUs and who holds each", admin_hosts);
   r.add("GET", "/api/v1/admin/prices", Access::admin, "admin", "The price table", get_prices);
   r.add("PUT", "/api/v1/admin/prices", Access::admin, "admin", "Replace the price table", put_prices);
