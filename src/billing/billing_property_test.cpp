@@ -552,7 +552,7 @@ class Sequence {
       if (!i.anchor) i.anchor = t;
       return;
     }
-    if (const std::int64_t p = model_price(i.gpus, !i.no_gpu); p > 0) i.price = p;
+    i.price = model_price(i.gpus, !i.no_gpu);  // the price of the run's start, 0 (free) included
     ModelMeter& m = model_meter({i.id, i.kind()}, account(i.owner), true);
     fold(m, t);
     m.rate = i.price;

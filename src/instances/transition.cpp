@@ -57,9 +57,12 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
       auto prices = market::load_prices(db);
       if (!prices) return fail(prices.error());
       const bool gpu_run = !next.no_gpu && next.gpu_count > 0;
-      if (auto price = market::hourly_price(*prices, gpu_run ? next.gpu_model : std::nullopt, gpu_run ? next.gpu_count : 0);
-          price > 0)
-        next.price_per_hour = price;
+      // A model the table no longer prices keeps the price of the request; a price of 0 (the
+      // operator made it free) is a price like any other.
+      const bool priced = !gpu_run || (next.gpu_model && prices->gpus.contains(*next.gpu_model));
+      if (priced)
+        next.price_per_hour =
+            market::hourly_price(*prices, gpu_run ? next.gpu_model : std::nullopt, gpu_run ? next.gpu_count : 0);
     }
   }
   // A subscription's paid term starts at its first `running`, the anchor of all its terms.
