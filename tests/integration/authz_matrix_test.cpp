@@ -7,11 +7,35 @@
 
 #include "core/time_format.h"
 #include "support/test_daemon.h"
+#include "support/test_resources.h"
 #include "support/wait.h"
 
 namespace gpucloud::testing {
 namespace {
 namespace json = boost::json;
+
+// A host with a simulated GPU, so the market sells a model that a watch can name.
+DaemonOptions matrix_options() {
+  static const int base = port_block();
+  DaemonOptions o;
+  o.config_toml = R"(
+[[zones]]
+name = "zone-a"
+[[hosts]]
+name = "node-1"
+zone = "zone-a"
+cpu = 4
+memory_gib = 8
+port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 1 } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 198
+)";
+  return o;
+}
 
 // A daemon per test: the suite has one test, so there is nothing to share.
 class AuthzMatrixTest : public ::testing::Test {
@@ -48,6 +72,19 @@ class AuthzMatrixTest : public ::testing::Test {
     auto snap = daemon_.post("/api/v1/disks/vault/snapshots", {{"name", "before"}}, alice_);
     ASSERT_EQ(snap.status, 202) << snap.body;
     ids_["snapshots"] = std::string(snap.json().at("id").as_string());
+    // A market watch ("notify me") on a model the market sells.
+    const json::value market = daemon_.get("/api/v1/market", alice_).json();
+    std::string zone, model;
+    for (const auto& o : market.at("items").as_array())
+      if (o.at("gpu_model").is_string()) {
+        zone = std::string(o.at("zone").as_string());
+        model = std::string(o.at("gpu_model").as_string());
+        break;
+      }
+    ASSERT_FALSE(model.empty()) << json::serialize(market);
+    auto watch = daemon_.post("/api/v1/market/watches", {{"zone", zone}, {"gpu_model", model}}, alice_);
+    ASSERT_EQ(watch.status, 201) << watch.body;
+    ids_["market/watches"] = std::string(watch.json().at("id").as_string());
     // Another user's id: the operator's own user (a user route never reaches it for mallory).
     auto me = daemon_.get("/api/v1/me", alice_);
     ids_["admin/users"] = std::string(me.json().at("id").as_string());
@@ -64,7 +101,7 @@ class AuthzMatrixTest : public ::testing::Test {
     return pattern.substr(0, brace) + it->second + pattern.substr(pattern.find('}', brace) + 1);
   }
 
-  TestDaemon daemon_;
+  TestDaemon daemon_{matrix_options()};
   std::string alice_, mallory_;
   std::map<std::string, std::string> ids_;
 };
