@@ -19,7 +19,7 @@
 # own `quota enable` gives), simple (btrfs simple quotas, GPUCLOUD_ENGINE_QUOTA=simple).
 #
 # Usage: sudo bench/btrfs_churn.sh [CYCLES] [MODES...]   (defaults: 200 overlay2 full simple)
-# Needs root, dockerd, btrfs-progs, python3, and gpucloud/base:bookworm-1 on the machine's engine.
+# Needs root, dockerd, btrfs-progs, python3, and gpucloud/base:bookworm-2 on the machine's engine.
 set -euo pipefail
 
 CYCLES=${1:-200}
@@ -28,7 +28,7 @@ MODES=("$@")
 [ ${#MODES[@]} -gt 0 ] || MODES=(overlay2 full simple)
 SETTLE=${SETTLE:-300}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
-IMAGE_REF=gpucloud/base:bookworm-1
+IMAGE_REF=gpucloud/base:bookworm-2
 
 clk=$(getconf CLK_TCK)
 # Kernel time (jiffies) of a process and of the btrfs kernel threads.

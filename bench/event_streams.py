@@ -21,7 +21,7 @@ root) on a temporary data dir and a config with one Docker host (8 CPU, 32 GiB, 
 35000-35999) and a no-GPU offer (1 CPU, 1 GiB), stops it by PID (SIGTERM) and removes what it
 made: the instance, the daemon's Docker network, nftables table and DOCKER-USER rule, and
 the temporary dir. Needs root (the daemon publishes ports with nftables), dockerd and the
-image gpucloud/base:bookworm-1. Raises its file-descriptor limit to 4,096 (the daemon
+image gpucloud/base:bookworm-2. Raises its file-descriptor limit to 4,096 (the daemon
 inherits it).
 """
 import argparse
@@ -43,7 +43,7 @@ from instance_latency import (  # noqa: E402  (bench/ is not a package)
     ENGINE_API, ROOT, ROUTE_LOCALNET, BenchError, api_client, engine_client, percentile,
     remove_installation_leftovers, start_daemon, stop_daemon)
 
-DEFAULT_IMAGE = "gpucloud/base:bookworm-1"
+DEFAULT_IMAGE = "gpucloud/base:bookworm-2"
 MAX_KIB_PER_STREAM = 64
 now = time.monotonic
 

@@ -30,7 +30,7 @@ on a temporary data dir and config (one host, 24 simulated RTX 4090, host ports 
 stops it by PID (SIGTERM), and removes everything it made: instances, bare containers, the
 daemon's Docker network, its nftables table and DOCKER-USER rule, and the temporary dir.
 Needs root (the daemon publishes SSH ports with nftables), dockerd, the image
-gpucloud/base:bookworm-1, ssh and ssh-keygen.
+gpucloud/base:bookworm-2, ssh and ssh-keygen.
 """
 import argparse
 import http.client
@@ -47,7 +47,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_IMAGE = "gpucloud/base:bookworm-1"
+DEFAULT_IMAGE = "gpucloud/base:bookworm-2"
 ENGINE_API = "/v1.41"
 BENCH_LABEL = "gpucloud-bench.instance-latency"
 GIB = 1024 ** 3

@@ -9,7 +9,7 @@ is started again and `GET /api/v1/instances/{id}/metrics?since=<7 days ago>&step
 keep-alive connection, owner's token) is timed --count (50) times after 3 untimed ones: p50,
 p99, max. The peer, in the same run: the same rows read with Python's sqlite3 straight from the
 store file (`SELECT t, gpu, util, memory_bytes ... ORDER BY gpu, t`), the floor of any answer.
-Needs root, dockerd and the image gpucloud/base:bookworm-1 (the instance is a container).
+Needs root, dockerd and the image gpucloud/base:bookworm-2 (the instance is a container).
 """
 import argparse
 import json

@@ -59,13 +59,13 @@
 # Everything it makes is named after its PID and removed on exit, even on failure or Ctrl-C:
 # containers and network holders (label gpucloud-bench.network-plumbing=TAG), veths, the Docker network, the Linux
 # bridge, its nftables tables, its DOCKER-USER rules (comment TAG), the host listener, the
-# temporary dir. Env: IMAGE (gpucloud/base:bookworm-1), DOCKER_SOCK, OUTSIDE, RAW (a path to
+# temporary dir. Env: IMAGE (gpucloud/base:bookworm-2), DOCKER_SOCK, OUTSIDE, RAW (a path to
 # keep the raw TSV).
 set -uo pipefail
 
 N=${1:-20}
 [[ $N =~ ^[0-9]+$ && $N -ge 1 ]] || { echo "usage: $0 [N>=1]" >&2; exit 2; }
-IMAGE=${IMAGE:-gpucloud/base:bookworm-1}
+IMAGE=${IMAGE:-gpucloud/base:bookworm-2}
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 OUTSIDE=${OUTSIDE:-1.1.1.1:80}
 API=http://docker/v1.41

@@ -14,7 +14,7 @@ The sampling cost is (a)'s thread alone (the agent's part, the issue's target: <
 core), and (a) − (b) for the whole daemon (agent + control plane). CPU % is of one core:
 (utime + stime) / window. Everything is removed at the end: instances, the daemon's network
 and nftables table (as bench/instance_latency.py does), the temporary directory.
-Needs root, dockerd and the image gpucloud/base:bookworm-1.
+Needs root, dockerd and the image gpucloud/base:bookworm-2.
 """
 import argparse
 import os

@@ -24,7 +24,7 @@ with host ports from a 200-port block and the client's /24 from the same allocat
 integration tests use (/tmp/gpucloud-test-alloc, flock-held for this process's life), and
 removes everything it made at the end: the instances, the namespace and veth pair, the
 daemon's network, nftables table and DOCKER-USER rule, the temporary dir. Needs root,
-dockerd, the image gpucloud/base:bookworm-1, ssh and ssh-keygen.
+dockerd, the image gpucloud/base:bookworm-2, ssh and ssh-keygen.
 """
 import argparse
 import ctypes
@@ -214,12 +214,12 @@ def main():
     socket_path = "/var/run/docker.sock"
     engine = engine_client(socket_path)
     try:
-        status, _ = engine.request("GET", "/v1.41/images/gpucloud/base:bookworm-1/json")
+        status, _ = engine.request("GET", "/v1.41/images/gpucloud/base:bookworm-2/json")
     except (OSError, BenchError) as e:
         print(f"security_group_latency: Docker Engine: {e}", file=sys.stderr)
         return 2
     if status != 200:
-        print("security_group_latency: image gpucloud/base:bookworm-1 missing", file=sys.stderr)
+        print("security_group_latency: image gpucloud/base:bookworm-2 missing", file=sys.stderr)
         return 2
 
     def interrupted(signum, frame):

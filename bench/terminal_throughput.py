@@ -25,7 +25,7 @@ It is a measurement: it prints the numbers and exits 0 (2 when it cannot measure
 starts its own daemon (GPUCLOUD_BIN, default build/bin/gpucloudd) on a temporary data dir,
 as bench/event_streams.py does (one Docker host, host ports 35000-35999, a no-GPU offer),
 releases the instance, stops the daemon by PID and removes what it made. Needs root,
-dockerd and the image gpucloud/base:bookworm-1.
+dockerd and the image gpucloud/base:bookworm-2.
 """
 import argparse
 import base64

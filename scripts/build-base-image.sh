@@ -1,7 +1,7 @@
 #!/bin/sh
-# Build gpucloud's base instance image (Debian 12 + openssh-server + python3 + tmux) with no
-# registry: mmdebstrap from the host's own Debian sources, then an import through the Docker
-# Engine API over its unix socket. Prints the image id.
+# Build gpucloud's base instance image (Debian 12 + openssh-server + python3 + tmux + Debian's
+# Jupyter Notebook) with no registry: mmdebstrap from the host's own Debian sources, then an
+# import through the Docker Engine API over its unix socket. Prints the image id.
 #
 # - Idempotent: if the tag already exists in the engine, nothing is done.
 # - The rootfs tarball is cached, so a rebuild after the engine's data was wiped is an import
@@ -9,34 +9,28 @@
 # - The image contains no SSH host keys: every instance generates its own at first boot
 #   (scripts/instance-init/gpucloud-init.sh). Saving an instance as an image must likewise
 #   delete /etc/ssh/ssh_host_* from the saved filesystem.
+# - Jupyter: jupyter-notebook and python3-notebook (Notebook 6.4; PyPI is not reachable), no
+#   Recommends (they add nothing the base needs: the package set is the same with them for
+#   the rest), label gpucloud.image.jupyter=true. The instance's init starts Notebook on the
+#   instance's own address with a per-instance token, reached only through the API's proxy.
+#   Until bookworm-2 this was a second image (bookworm-jupyter-1); docs/benchmarks.md,
+#   "Base image", has the build time and size of both layouts.
 #
 # Environment (all optional):
 #   DOCKER_SOCK         engine socket                (default /var/run/docker.sock)
 #   GPUCLOUD_CACHE_DIR  where the tarball is cached  (default /var/cache/gpucloud/images)
 #   GPUCLOUD_BASE_REPO  image repository             (default gpucloud/base)
-#   GPUCLOUD_BASE_TAG   image tag                    (default bookworm-1; bookworm-jupyter-1 with
-#                       GPUCLOUD_BASE_JUPYTER=1)
-#   GPUCLOUD_BASE_JUPYTER=1  the same image with Debian's Jupyter Notebook (jupyter-notebook,
-#                       python3-notebook; no Recommends: PyPI is not reachable) and the label
-#                       gpucloud.image.jupyter=true; gpucloud's public image "debian12-jupyter"
-#                       uses it, and the instance's init starts Notebook on the instance's
-#                       own address with a per-instance token (reached through the API's proxy).
+#   GPUCLOUD_BASE_TAG   image tag                    (default bookworm-2; bump it whenever the
+#                       contents change, with src/instances/images.h's kBaseEngineImage)
 set -eu
 
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 CACHE_DIR=${GPUCLOUD_CACHE_DIR:-/var/cache/gpucloud/images}
 REPO=${GPUCLOUD_BASE_REPO:-gpucloud/base}
-JUPYTER=${GPUCLOUD_BASE_JUPYTER:-0}
+TAG=${GPUCLOUD_BASE_TAG:-bookworm-2}
 SUITE=bookworm
-PACKAGES=openssh-server,python3,iproute2,procps,ca-certificates,tmux
-if [ "$JUPYTER" = 1 ]; then
-  TAG=${GPUCLOUD_BASE_TAG:-bookworm-jupyter-1}
-  PACKAGES=$PACKAGES,jupyter-notebook,python3-notebook
-  RECOMMENDS='APT::Install-Recommends "false"'
-else
-  TAG=${GPUCLOUD_BASE_TAG:-bookworm-1}
-  RECOMMENDS='APT::Get::Assume-Yes "true"'  # (what mmdebstrap sets anyway: Recommends as apt's default)
-fi
+PACKAGES=openssh-server,python3,iproute2,procps,ca-certificates,tmux,jupyter-notebook,python3-notebook
+RECOMMENDS='APT::Install-Recommends "false"'
 API=http://docker/v1.41
 
 log() { echo "build-base-image: $*" >&2; }
@@ -98,19 +92,18 @@ if [ ! -s "$META" ]; then
   printf '%s %s\n' "$sha" "$python" >"$META"
 fi
 read -r sha python <"$META"
-changes=$(python3 - "$sha" "$python" "$PACKAGES" "$JUPYTER" <<'PY'
+changes=$(python3 - "$sha" "$python" "$PACKAGES" <<'PY'
 import json, sys, urllib.parse
-sha, python, packages, jupyter = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+sha, python, packages = sys.argv[1], sys.argv[2], sys.argv[3]
 labels = {
     "gpucloud.image": "base",
     "gpucloud.image.os": "Debian 12 (bookworm)",
     "gpucloud.image.python": python,
     "gpucloud.image.packages": packages,
     "gpucloud.image.ssh": "true",
+    "gpucloud.image.jupyter": "true",
     "gpucloud.image.rootfs-sha256": sha,
 }
-if jupyter == "1":
-    labels["gpucloud.image.jupyter"] = "true"
 line = "LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())
 params = [("changes", line),
           ("changes", 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'),

@@ -24,12 +24,13 @@
 #   GPUCLOUD_ENGINE_DATA_ROOT  (default /var/lib/gpucloud/engine)
 #   GPUCLOUD_ENGINE_IMAGE      (default /var/lib/gpucloud/engine.img)
 #   GPUCLOUD_ENGINE_SIZE_GIB   the sparse file's size (default 200; only blocks written use disk)
-#   GPUCLOUD_ENGINE_QUOTA      full (default) | simple: the quotas that hold each container's
+#   GPUCLOUD_ENGINE_QUOTA      simple (default) | full: the quotas that hold each container's
 #       size on a btrfs data root whose quotas are not enabled yet. simple: btrfs simple quotas
 #       (kernel 6.7+, enabled here with the BTRFS_IOC_QUOTA_CTL ioctl through python3, as
 #       btrfs-progs 6.2 has no `quota enable --simple`): a released container costs the kernel
-#       23x less and its qgroup goes with its subvolume, but the engine then reports SizeRw -1
-#       for an instance that hit its limit (SystemDiskTest), so it is not the default yet.
+#       23x less and its qgroup goes with its subvolume. The engine then answers SizeRw -1 for a
+#       container at its limit; the agent reads that subvolume's qgroup instead. Without kernel
+#       support the engine enables full quotas itself at its first size limit.
 #       full: the engine's own `quota enable`, whose backref accounting keeps btrfs-cleaner
 #       busy seconds per release (docs/benchmarks.md "btrfs churn"). A data root whose quotas
 #       are already on keeps its mode.
@@ -50,7 +51,7 @@ STORAGE=${GPUCLOUD_ENGINE_STORAGE:-auto}
 DATA_ROOT=${GPUCLOUD_ENGINE_DATA_ROOT:-/var/lib/gpucloud/engine}
 IMAGE=${GPUCLOUD_ENGINE_IMAGE:-/var/lib/gpucloud/engine.img}
 SIZE_GIB=${GPUCLOUD_ENGINE_SIZE_GIB:-200}
-QUOTA=${GPUCLOUD_ENGINE_QUOTA:-full}
+QUOTA=${GPUCLOUD_ENGINE_QUOTA:-simple}
 
 engine_ping() {
   [ -S "$SOCK" ] && curl -fsS --max-time 2 --unix-socket "$SOCK" http://docker/_ping >/dev/null 2>&1
@@ -162,6 +163,13 @@ case "$STORAGE" in
     if btrfs_data_root; then
       STORAGE_ARGS="--data-root $DATA_ROOT --storage-driver btrfs"
       echo "start-dockerd: data root $DATA_ROOT on btrfs (system disk sizes enforced; quotas: $(btrfs_quota "$DATA_ROOT"))"
+      # The engine's scratch (an image load's whole tar lands there first: save-image) beside
+      # the data root, not in the loop-mounted btrfs: a 1 GiB save took 14 s with it there, 11 s
+      # beside (docs/benchmarks.md "Save-image against docker commit").
+      if [ -z "${DOCKER_TMPDIR:-}" ]; then
+        DOCKER_TMPDIR="$(dirname "$DATA_ROOT")/engine-tmp"
+        mkdir -p "$DOCKER_TMPDIR" && export DOCKER_TMPDIR
+      fi
     else
       echo "start-dockerd: no btrfs data root; the engine's default storage is used (system disk sizes not enforced)" >&2
     fi

@@ -154,7 +154,7 @@ json::value disk_pool_value(const std::optional<DiskPool>& p) { return p ? json:
 json::object to_json(const HostInventory& h) {
   json::array gpus;
   for (const auto& g : h.gpus) gpus.push_back(to_json(g));
-  return {{"name", h.name},
+  json::object out{{"name", h.name},
           {"disk_pool", disk_pool_value(h.disk_pool)},
           {"zone", h.zone},
           {"cpu", h.cpu},
@@ -165,8 +165,14 @@ json::object to_json(const HostInventory& h) {
           {"simulated", h.simulated},
           {"inventory_source", h.inventory_source},
           {"inventory_error", h.inventory_error},
+          {"public_address", h.public_address},
           {"gpus", std::move(gpus)},
           {"protocol_version", h.protocol_version}};
+  if (!h.gpu_injection.empty())
+    out["gpu_injection"] = json::object{
+        {"mode", h.gpu_injection}, {"reason", h.gpu_injection_reason}, {"driver_version", h.driver_version}};
+  if (h.lxcfs_available) out["lxcfs"] = json::object{{"available", *h.lxcfs_available}, {"reason", h.lxcfs_reason}};
+  return out;
 }
 
 json::object to_json(const Heartbeat& b) {
@@ -213,7 +219,8 @@ json::object to_json(const GpuReading& g) {
           {"uuid", g.uuid},
           {"util_percent", g.util_percent},
           {"memory_used_bytes", g.memory_used_bytes},
-          {"memory_total_bytes", g.memory_total_bytes}};
+          {"memory_total_bytes", g.memory_total_bytes},
+          {"process_memory_bytes", nullable(g.process_memory_bytes)}};
 }
 
 json::array to_json(const std::vector<GpuReading>& readings) {
@@ -230,6 +237,8 @@ Result<GpuReading> gpu_reading_from_json(const json::value& v) {
   g.util_percent = f.int32("util_percent", 0, 100);
   g.memory_used_bytes = f.int64("memory_used_bytes", 0);
   g.memory_total_bytes = f.int64("memory_total_bytes", 0);
+  if (const auto* o = v.if_object(); o && o->contains("process_memory_bytes"))
+    g.process_memory_bytes = f.nullable_int64("process_memory_bytes", 0);
   return f.finish(std::move(g));
 }
 
@@ -324,6 +333,23 @@ Result<HostInventory> host_inventory_from_json(const json::value& v) {
     }
   }
   if (auto s = read_disk_pool(v, h.disk_pool); !s) return fail(s.error());
+  if (const auto* o = v.if_object()) {
+    if (const auto* pa = o->if_contains("public_address"); pa && pa->is_string())
+      h.public_address = std::string(pa->as_string());
+    if (const auto* gi = o->if_contains("gpu_injection"); gi && !gi->is_null()) {
+      Fields g(*gi, "gpu_injection");
+      h.gpu_injection = g.str("mode");
+      h.gpu_injection_reason = g.str("reason");
+      h.driver_version = g.str("driver_version");
+      if (auto s = g.finish(0); !s) return fail(s.error());
+    }
+    if (const auto* lx = o->if_contains("lxcfs"); lx && !lx->is_null()) {
+      Fields l(*lx, "lxcfs");
+      h.lxcfs_available = l.boolean("available");
+      h.lxcfs_reason = l.str("reason");
+      if (auto s = l.finish(0); !s) return fail(s.error());
+    }
+  }
   return f.finish(std::move(h));
 }
 

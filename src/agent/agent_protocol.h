@@ -44,11 +44,22 @@ struct HostInventory {
   std::int64_t memory_gib = 0;
   int port_min = 0, port_max = 0;
   std::string engine;           // "unix:///var/run/docker.sock"
+  // Where users reach its instances' ports (SSH); "" = the control plane's public_host.
+  // Optional in the message ("public_address").
+  std::string public_address;
   bool simulated = false;       // its GPUs are declared, not discovered
   std::string inventory_source; // "nvml" | "simulated" | "none"
   std::string inventory_error;  // why NVML found nothing, shown to the operator
   std::vector<GpuInfo> gpus;
   std::optional<DiskPool> disk_pool;  // absent: the agent could not measure it (not checked)
+  // How its instances get GPUs (agent/gpu/gpu_injector.h) and whether lxcfs serves their
+  // /proc (agent/lxcfs.h), as the agent found them. Optional in the message ("gpu_injection":
+  // {mode, reason, driver_version}, "lxcfs": {available, reason}); "" mode: not reported.
+  std::string gpu_injection;  // "toolkit" | "builtin" | "none"
+  std::string gpu_injection_reason;
+  std::string driver_version;
+  std::optional<bool> lxcfs_available;
+  std::string lxcfs_reason;
   int protocol_version = kProtocolVersion;
 };
 
@@ -66,6 +77,10 @@ struct GpuReading {
   std::string uuid;
   int util_percent = 0;  // 0..100, share of the driver's last period a kernel ran
   std::int64_t memory_used_bytes = 0, memory_total_bytes = 0;
+  // In an instance's sample: the device memory its own processes hold on this GPU (NVML's
+  // compute processes whose cgroup is the instance's container); nullopt where NVML lists no
+  // processes (optional in the message, "process_memory_bytes").
+  std::optional<std::int64_t> process_memory_bytes;
 };
 
 // One running instance, read from its container's cgroup and its GPUs.

@@ -80,6 +80,10 @@
 #include "agent/sampling/sample_target.h"
 #include "core/result.h"
 
+namespace gpucloud::gpu {
+class GpuInjector;
+}
+
 namespace gpucloud::agent {
 
 class LocalAgent;
@@ -125,11 +129,17 @@ class InstanceRuntime {
     int network_mtu = 0;
     // The holders' image (it needs `sleep`); when the engine lacks it, an inline holder uses
     // the instance's own image and the pool is not refilled.
-    std::string holder_image = "gpucloud/base:bookworm-1";
+    std::string holder_image = "gpucloud/base:bookworm-2";
     // Tests: sets the hostname in the UTS namespace of the process `pid` (default: nsenter
     // on the state thread). An instance on a holder shares the holder's hostname files but
     // has its own UTS namespace, which the engine names after the holder.
     std::function<Status(int pid, const std::string& hostname)> set_hostname;
+    // How instances get their GPUs, per host (agent/gpu/gpu_injector.h; [agent]
+    // gpu_injection). Null: the engine's device request for real GPUs, as before.
+    std::shared_ptr<gpu::GpuInjector> gpu_injector;
+    // lxcfs's mount point ([agent] lxcfs_dir; agent/lxcfs.h): when lxcfs is mounted there at a
+    // create, its proc and sys files are bound over the container's. Empty: none.
+    std::string lxcfs_dir;
   };
   static int default_max_system_image_layers();
 
@@ -210,21 +220,15 @@ class InstanceRuntime {
   bool pool_refilling() const { return refilling_; }
 
  private:
-  struct Instance;  // in-memory record plus its per-instance lock
+  struct Instance;  // in-memory record plus its per-instance lock (instance_runtime_internal.h)
   class AsyncLock;
+  struct EnsureRun;  // one instance.ensure's state, shared by its steps (instance_runtime_internal.h)
 
+  // ---- dispatch, start / re-attach, the state directory, fencing (instance_runtime.cpp) ----
   boost::asio::awaitable<Result<CommandOutcome>> dispatch(Command command);
   boost::asio::awaitable<Status> start_on_strand();
-  boost::asio::awaitable<void> watch_engine_events();
-  void on_engine_event(const EngineEvent& event);  // on the strand
-  boost::asio::awaitable<void> replace_pooled_holder(std::string container_id);
-  // The instances an event concerns, grouped by host (on the strand).
-  std::map<std::string, std::vector<std::string>> instances_of(const EngineEvent& event) const;
   boost::asio::awaitable<Status> start_locked();
   boost::asio::awaitable<Status> ensure_started();
-  boost::asio::awaitable<Status> ensure_network();
-  void warn_if_mtu_differs(const NetworkInfo& info) const;
-
   // The state directory's writes (and fsyncs), on state_thread_.
   boost::asio::awaitable<Status> save_record(InstanceRecord record);
   boost::asio::awaitable<Status> drop_record(std::string id);
@@ -237,45 +241,28 @@ class InstanceRuntime {
   boost::asio::awaitable<void> restore_record(Instance& slot, InstanceRecord old);
   // conflict when `generation` is older than what the instance (or its removal) applied.
   boost::asio::awaitable<Status> check_fence(Instance& slot, std::string id, std::int64_t generation);
-  boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
-  boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
-  boost::asio::awaitable<Result<boost::json::object>> status();
-  boost::asio::awaitable<Result<std::vector<sampling::SampleTarget>>> sample_targets_on_strand(
-      std::vector<std::string> stale);
-  // {"images": [REF...], "pull": [REF...]} → {"images": {REF: {"present", "id", "size_bytes",
-  // "pulling", "pull_error"}}}; a missing image listed under "pull" is pulled in the background.
-  boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
-  boost::asio::awaitable<void> pull_one(std::string ref);
-  // What the container was made with that the desired spec no longer matches.
-  std::vector<std::string> drift_of(const CreatedWith& created_with, const InstanceSpec& spec) const;
-  // Saves the (stopped) container's filesystem as the instance's next system image: a
-  // commit, or with `flatten` a one-layer export/import.
-  boost::asio::awaitable<Result<std::string>> commit_system_disk(const InstanceRecord& record, bool flatten);
-  // The layers of the image the container was created from (0 when unknown).
-  boost::asio::awaitable<int> system_image_layers(const InstanceRecord& record, const InstanceSpec& spec);
-  boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
-  boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
-  boost::asio::awaitable<Result<boost::json::object>> save_image(boost::json::object desired);
-  // The engine's storage driver, asked once (what system disks the engine can limit).
-  boost::asio::awaitable<void> detect_system_disk_limit();
-
-  boost::asio::awaitable<Result<std::string>> allocate_ip(std::string instance_id,
-                                                          std::string preferred);
-  boost::asio::awaitable<Status> apply_firewall();
-  // Whether `desired` differs from `recorded` in its ports (or their sources) only, both
-  // running: what instance.ensure applies to the table before it asks the engine anything.
-  static bool only_ports_differ(const InstanceSpec& recorded, const InstanceSpec& desired);
-  // Saves `spec` (and the generation) into the instance's record and applies the table; on a
-  // failure the record is as before. No engine call.
-  boost::asio::awaitable<Status> apply_ports_change(Instance& slot, InstanceSpec spec, std::int64_t generation);
-  boost::asio::awaitable<std::string> read_host_key(std::string container_id,
-                                                    std::chrono::milliseconds wait);
-  // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms).
-  boost::asio::awaitable<bool> wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit);
+  std::string container_name(const std::string& instance_id) const;
+  DriverState driver_state_for(const InstanceRecord& record) const;
+  Instance& instance_slot(const std::string& instance_id);
   boost::asio::awaitable<void> remove_container_quietly(std::string container_id);
   boost::asio::awaitable<void> stop_container_quietly(std::string container_id);
 
-  // ---- network holders ----
+  // ---- engine events and the sampler's targets (instance_runtime_events.cpp) ----
+  boost::asio::awaitable<void> watch_engine_events();
+  void on_engine_event(const EngineEvent& event);  // on the strand
+  boost::asio::awaitable<void> replace_pooled_holder(std::string container_id);
+  // The instances an event concerns, grouped by host (on the strand).
+  std::map<std::string, std::vector<std::string>> instances_of(const EngineEvent& event) const;
+  boost::asio::awaitable<Result<std::vector<sampling::SampleTarget>>> sample_targets_on_strand(
+      std::vector<std::string> stale);
+
+  // ---- the bridge network and addresses (instance_runtime_network.cpp) ----
+  boost::asio::awaitable<Status> ensure_network();
+  void warn_if_mtu_differs(const NetworkInfo& info) const;
+  boost::asio::awaitable<Result<std::string>> allocate_ip(std::string instance_id,
+                                                          std::string preferred);
+
+  // ---- network holders (instance_runtime_holders.cpp) ----
   struct PoolHolder {
     std::string id;
     std::string name;
@@ -302,16 +289,63 @@ class InstanceRuntime {
   boost::asio::awaitable<Status> set_instance_hostname(int pid, std::string hostname);
   boost::asio::awaitable<Status> write_hostname_file(std::string id, std::string hostname);
 
-  // The instance's container as it is created: on the bridge at its address, or joining its
-  // network holder. (The system disk's limit as detect_system_disk_limit found it.)
-  ContainerSpec instance_container_spec(const InstanceRecord& record, const InstanceSpec& spec,
-                                        std::vector<Mount> mounts) const;
-
-  std::string container_name(const std::string& instance_id) const;
-  DriverState driver_state_for(const InstanceRecord& record) const;
+  // ---- published ports (instance_runtime_ports.cpp) ----
+  boost::asio::awaitable<Status> apply_firewall();
+  // Whether `desired` differs from `recorded` in its ports (or their sources) only, both
+  // running: what instance.ensure applies to the table before it asks the engine anything.
+  static bool only_ports_differ(const InstanceSpec& recorded, const InstanceSpec& desired);
+  // Saves `spec` (and the generation) into the instance's record and applies the table; on a
+  // failure the record is as before. No engine call.
+  boost::asio::awaitable<Status> apply_ports_change(Instance& slot, InstanceSpec spec, std::int64_t generation);
   std::vector<firewall::PublishedPort> published_ports() const;
   Status check_ports_free(const InstanceSpec& spec) const;
-  Instance& instance_slot(const std::string& instance_id);
+
+  // ---- the container's spec, drift and rebuilds, system disks (instance_runtime_rebuild.cpp) ----
+  // The instance's container as it is created: on the bridge at its address, or joining its
+  // network holder. (The system disk's limit as detect_system_disk_limit found it.)
+  // Its GPUs (builtin injection: the nodes and driver files; none with GPUs: an error) and
+  // lxcfs's files where lxcfs is mounted.
+  Result<ContainerSpec> instance_container_spec(const InstanceRecord& record, const InstanceSpec& spec,
+                                                std::vector<Mount> mounts) const;
+  // The GPUs a container is made with: the spec's, but none for simulated GPUs unless the
+  // host injects them (builtin on a fake driver tree).
+  std::vector<std::string> effective_gpus(const InstanceSpec& spec) const;
+  // What the container was made with that the desired spec no longer matches.
+  std::vector<std::string> drift_of(const CreatedWith& created_with, const InstanceSpec& spec) const;
+  // Saves the (stopped) container's filesystem as the instance's next system image: a
+  // commit, or with `flatten` a one-layer export/import.
+  boost::asio::awaitable<Result<std::string>> commit_system_disk(const InstanceRecord& record, bool flatten);
+  // The layers of the image the container was created from (0 when unknown).
+  boost::asio::awaitable<int> system_image_layers(const InstanceRecord& record, const InstanceSpec& spec);
+  // The engine's storage driver, asked once (what system disks the engine can limit).
+  boost::asio::awaitable<void> detect_system_disk_limit();
+
+  // ---- instance.ensure (instance_runtime_ensure.cpp) ----
+  boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
+  // Its steps, in order, under the instance's lock; each registers in run.revert how to undo
+  // what it changed.
+  boost::asio::awaitable<Result<boost::json::object>> ensure_steps(EnsureRun& run);
+  boost::asio::awaitable<Status> ensure_record(EnsureRun& run);        // 1-3: container, address, record
+  boost::asio::awaitable<Status> ensure_init_inputs(EnsureRun& run);   // 4: the init's config, host key
+  boost::asio::awaitable<Status> host_key_step(EnsureRun& run);       // 4 (or with the create)
+  boost::asio::awaitable<Status> ensure_fits_spec(EnsureRun& run);     // 5: holder, resize or rebuild
+  boost::asio::awaitable<Status> ensure_container(EnsureRun& run);     // 5: disks, create, start or stop
+  boost::asio::awaitable<Result<boost::json::object>> ensure_observed(EnsureRun& run);  // 6-7
+  boost::asio::awaitable<std::string> read_host_key(std::string container_id,
+                                                    std::chrono::milliseconds wait);
+  // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms).
+  boost::asio::awaitable<bool> wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit);
+
+  // ---- the other commands (instance_runtime_commands.cpp) ----
+  boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> status();
+  boost::asio::awaitable<Result<boost::json::object>> stop_unknown(boost::json::object desired);
+  boost::asio::awaitable<Result<boost::json::object>> exec(boost::json::object desired);
+  // {"images": [REF...], "pull": [REF...]} → {"images": {REF: {"present", "id", "size_bytes",
+  // "pulling", "pull_error"}}}; a missing image listed under "pull" is pulled in the background.
+  boost::asio::awaitable<Result<boost::json::object>> inspect_images(boost::json::object desired);
+  boost::asio::awaitable<void> pull_one(std::string ref);
+  boost::asio::awaitable<Result<boost::json::object>> save_image(boost::json::object desired);
 
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   std::string installation_id_;

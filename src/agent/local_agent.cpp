@@ -24,6 +24,7 @@
 
 #include "agent/gpu/nvml_library.h"
 #include "agent/gpu/simulated_inventory.h"
+#include "agent/lxcfs.h"
 #include "core/offload.h"
 
 namespace gpucloud::agent {
@@ -129,6 +130,7 @@ class LocalAgent::WatchedInventory final : public gpu::GpuInventorySource {
     return sample;
   }
   std::string_view kind() const override { return source_->kind(); }
+  Result<std::vector<gpu::GpuProcess>> processes(int index) override { return source_->processes(index); }
   std::set<int> take_lost() {
     std::lock_guard lock(mu_);
     return std::exchange(lost_, {});
@@ -215,6 +217,7 @@ HostInventory LocalAgent::discover(ServedHost& host) {
   HostInventory inv;
   inv.name = host.config.name;
   inv.zone = host.config.zone;
+  inv.public_address = host.config.public_address;
   inv.cpu = host.config.cpu;
   inv.memory_gib = host.config.memory_gib;
   inv.port_min = host.config.port_min;
@@ -230,6 +233,21 @@ HostInventory LocalAgent::discover(ServedHost& host) {
     spdlog::info(R"({{"event":"gpu_inventory","host":"{}","gpus":0,"note":"{}"}})", inv.name, devices.error().detail);
   } else {
     for (const auto& d : *devices) inv.gpus.push_back(to_info(d));
+  }
+  if (gpu_injector_) {
+    gpu_injector_->set_host(inv.name, inv.simulated, devices ? *devices : std::vector<gpu::GpuDevice>{});
+    if (auto mode = gpu_injector_->host_mode(inv.name)) {
+      inv.gpu_injection = std::string(gpu::to_string(mode->mode));
+      inv.gpu_injection_reason = mode->reason;
+      inv.driver_version = mode->driver_version;
+      spdlog::info(R"({{"event":"gpu_injection","host":"{}","mode":"{}","reason":{}}})", inv.name, inv.gpu_injection,
+                   quoted_for_log(mode->reason));
+    }
+  }
+  {
+    auto lxcfs = probe_lxcfs(lxcfs_dir_);
+    inv.lxcfs_available = lxcfs.available;
+    inv.lxcfs_reason = lxcfs.reason;
   }
   inv.disk_pool = measure_pool();
   host.last = inv;
@@ -335,6 +353,8 @@ void LocalAgent::apply_discovery(ServedHost& host, Result<std::vector<gpu::GpuDe
     host.discovery_failures = 0;
     host.last_discovery_error.clear();
     gpus = merge_discovery(host.last.gpus, *found);
+    // Minor numbers follow the devices (a replaced card may have another node).
+    if (gpu_injector_) gpu_injector_->set_host(host.config.name, !host.config.uses_nvml(), *found);
   }
   if (same_gpus(gpus, host.last.gpus)) return;
   spdlog::warn(R"({{"event":"gpu_inventory_changed","host":"{}","was":{},"now":{}}})", host.config.name,

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "agent/gpu/gpu_injector.h"
 #include "agent/gpu/gpu_inventory.h"
 #include "agent/host_agent.h"
 #include "agent/sampling/instance_sampler.h"
@@ -33,6 +34,7 @@ class LocalAgent : public HostAgent {
   boost::asio::awaitable<Result<std::vector<HostInventory>>> register_hosts() override;
   boost::asio::awaitable<Result<CommandOutcome>> execute(Command command) override;
   void on_heartbeat(std::function<void(Heartbeat)> sink) override { heartbeat_sink_ = std::move(sink); }
+  void set_heartbeat_interval(std::chrono::milliseconds interval) override { heartbeat_interval_ = interval; }
 
   // Sampling: once the control plane set a sink and registered, every [monitoring]
   // sample_interval (steady clock) one round reads every served host's real GPUs (NVML) and
@@ -68,6 +70,12 @@ class LocalAgent : public HostAgent {
   void set_inventory_interval(std::chrono::milliseconds interval) { inventory_interval_ = interval; }
   // Tests: this host's GPUs come from `source` (before register_hosts); false: no such host.
   bool set_inventory_source(const std::string& host_name, std::unique_ptr<gpu::GpuInventorySource> source);
+
+  // GPU injection per host (agent/gpu/gpu_injector.h): each discovery tells it the host's GPUs
+  // (their minor numbers), and the registration reports the host's mode. lxcfs_dir: probed
+  // at registration (agent/lxcfs.h). Before register_hosts.
+  void set_gpu_injector(std::shared_ptr<gpu::GpuInjector> injector) { gpu_injector_ = std::move(injector); }
+  void set_lxcfs_dir(std::string dir) { lxcfs_dir_ = std::move(dir); }
 
   void add_command_handler(std::string kind, CommandHandler handler) { handlers_[std::move(kind)] = std::move(handler); }
 
@@ -131,6 +139,8 @@ class LocalAgent : public HostAgent {
   std::string sampling_proc_root_ = "/proc";
   std::shared_ptr<Sampling> sampling_;  // set once sampling started
   std::chrono::milliseconds inventory_interval_;
+  std::shared_ptr<gpu::GpuInjector> gpu_injector_;
+  std::string lxcfs_dir_;
   std::shared_ptr<Watch> watch_;  // set once rediscovery started (only with a real inventory)
   // Every blocking read of a round (cgroup files, NVML) runs here, never on the loop.
   boost::asio::thread_pool sampling_thread_{1};

@@ -18,6 +18,7 @@
 
 #include "agent/local_agent.h"
 #include "core/time_format.h"
+#include "core/unique_temp_dir.h"
 #include "events/events.h"
 #include "market/hosts.h"
 #include "server/host_registry.h"
@@ -344,8 +345,7 @@ TEST(LocalAgentGpuHealth, DestroyedWhileADiscoveryRunsTheLoopGoesOn) {
 // see lifecycle_test) and back.
 TEST(LocalAgentGpuHealth, TheRegistryRecordsAGpuLostAndBackWhileTheAgentRuns) {
   namespace fs = std::filesystem;
-  const auto dir = fs::temp_directory_path() / ("gpucloud-gpu-health-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const auto dir = gpucloud::testing::unique_temp_dir("gpucloud-gpu-health");
   {
     auto opened = store::Store::open((dir / "test.db").string(), 2);
     ASSERT_TRUE(opened);

@@ -40,7 +40,7 @@ struct FakeEngine {
   int next_id = 1;
   int next_pid = 1000;
   int creates = 0;
-  std::set<std::string> images{"gpucloud/base:bookworm-1", "img"};
+  std::set<std::string> images{"gpucloud/base:bookworm-2", "img"};
   // Events: on when `events`; while a watch is open, `emit` sends one and `end_watch` ends it.
   bool events = false;
   std::function<void(EngineEvent)> emit;
@@ -397,7 +397,7 @@ TEST_F(NetworkHolderTest, AnEmptyPoolMakesAHolderInline) {
 }
 
 TEST_F(NetworkHolderTest, WithoutTheHolderImageAnInlineHolderUsesTheInstancesImage) {
-  engine_->images.erase("gpucloud/base:bookworm-1");
+  engine_->images.erase("gpucloud/base:bookworm-2");
   make_runtime(true, 2);
   ASSERT_TRUE(drive(runtime_->start()));
   EXPECT_TRUE(runtime_->pooled_holders().empty()) << "no refill without the holder image";

@@ -93,6 +93,7 @@
 #include "billing/meters.h"
 #include "billing/resource_meters.h"
 #include "config/config.h"
+#include "core/unique_temp_dir.h"
 #include "disks/disk_actions.h"
 #include "disks/disk_record.h"
 #include "instances/actions.h"
@@ -102,6 +103,7 @@
 #include "instances/transition.h"
 #include "market/hosts.h"
 #include "market/prices.h"
+#include "policy/instances.h"
 #include "policy/user_access.h"
 #include "store/store.h"
 
@@ -844,7 +846,7 @@ class Sequence {
       d.delete_on_release = chance(50);
       disk = d;
     }
-    instances::CreateRequest r;
+    policy::CreateInstanceRequest r;
     r.name = i.name;
     r.zone = "zone-a";
     r.image = instances::kBaseImageName;
@@ -872,7 +874,7 @@ class Sequence {
                          (disk && model_storage_refused(i.owner, disk->size_gib, prices_.data_micros));
     Txn t{what,
                [this, id = i.id, r, a = actor(i.owner), now = now_](store::Database& db) -> Status {
-                 return done(instances::create_instance(db, config_, a, id, r, now));
+                 return done(policy::create_instance(db, config_, a, id, r, now));
                },
                [this, i, disk] {
                  ModelInstance m = i;
@@ -2101,15 +2103,13 @@ class Sequence {
 class BillingPropertyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
     // In memory where the machine has /dev/shm: the store's files are real (closed, reopened,
     // recovered after a kill), but the checkpoints' fsyncs would double the run on a disk.
     std::error_code ec;
     const fs::path base = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
                               ? fs::path("/dev/shm")
                               : fs::temp_directory_path();
-    dir_ = base / ("gpucloud-billing-property-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir(base, "gpucloud-billing-property");
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;

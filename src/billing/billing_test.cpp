@@ -14,6 +14,7 @@
 #include "billing/subscriptions.h"
 #include "config/config.h"
 #include "core/timezone.h"
+#include "core/unique_temp_dir.h"
 #include "market/prices.h"
 #include "store/meta.h"
 #include "store/store.h"
@@ -33,9 +34,7 @@ class BillingTest : public ::testing::Test {
     return store_->write_now(std::move(f));
   }
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-billing-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-billing");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     ASSERT_TRUE(s) << s.error().detail;
     store_ = std::move(*s);
@@ -347,6 +346,60 @@ TEST_F(BillingTest, RevenueKeepsMoneyReceivedChargesAdjustmentsAndArrearsApart) 
   ASSERT_TRUE(april);
   EXPECT_EQ(april->at("arrears").as_int64(), 0);
   EXPECT_EQ(april->at("revenue").as_int64(), 480);
+}
+
+// Revenue by day: every local day of the month in billing_timezone (empty ones with zeros),
+// entries on the day their local time falls in, refunds netted, and the days adding up to the
+// month.
+TEST_F(BillingTest, RevenueByDayFollowsTheBillingTimezonesDaysAndAddsUpToTheMonth) {
+  const std::string u = user("alice", 0);
+  const std::string a = account(u).id;
+  auto tz = TimeZone::load("Asia/Shanghai");
+  ASSERT_TRUE(tz) << tz.error().detail;
+  auto bounds = month_bounds("2027-02", *tz);
+  ASSERT_TRUE(bounds);
+  const SysTime first = bounds->first;  // 2027-02-01T00:00+08:00
+  auto post = [&](EntryKind kind, std::int64_t amount, std::optional<std::string> rk, std::int64_t quantity, SysTime t) {
+    ASSERT_TRUE(write([&](store::Database& db) {
+      return post_entry(db, a, NewEntry{kind, amount, u, std::string("r-1"), rk, quantity, "x"}, t);
+    }));
+  };
+  post(EntryKind::charge, -999, std::string("compute"), 3600, first - std::chrono::seconds(1));  // January 31st
+  post(EntryKind::credit, 10000, std::nullopt, 0, first + hours(1));
+  post(EntryKind::charge, -480, std::string("compute"), 3600, first + hours(24) - std::chrono::seconds(1));
+  post(EntryKind::charge, -300, std::string("data_disk"), 10 * 3600, first + hours(24));  // Feb 2nd, 00:00
+  post(EntryKind::refund, 80, std::string("compute"), -600, first + hours(25));
+  post(EntryKind::subscription, -5000, std::nullopt, 0, first + hours(27 * 24 + 1));  // Feb 28th
+  post(EntryKind::adjustment, -7, std::nullopt, 0, first + hours(27 * 24 + 2));
+  post(EntryKind::charge, -999, std::string("compute"), 3600, bounds->second);  // March 1st
+  auto doc = write([&](store::Database& db) { return revenue_summary(db, "2027-02", *tz, "CNY"); });
+  ASSERT_TRUE(doc) << doc.error().detail;
+  const auto& days = doc->at("days").as_array();
+  ASSERT_EQ(days.size(), 28u);
+  auto day = [&](std::size_t i) { return days[i].as_object(); };
+  EXPECT_EQ(day(0).at("day").as_string(), "2027-02-01");
+  EXPECT_EQ(day(27).at("day").as_string(), "2027-02-28");
+  EXPECT_EQ(day(0).at("charged").as_int64(), 480);
+  EXPECT_EQ(day(0).at("received").as_int64(), 10000);
+  EXPECT_EQ(day(0).at("usage").as_object().at("compute").as_int64(), 3600);
+  EXPECT_EQ(day(1).at("charged").as_int64(), 300 - 80) << "the refund nets against the day's charges";
+  EXPECT_EQ(day(1).at("by_kind").as_object().at("compute").as_int64(), -80);
+  EXPECT_EQ(day(1).at("by_kind").as_object().at("data_disk").as_int64(), 300);
+  EXPECT_EQ(day(1).at("refunds").as_int64(), 80);
+  EXPECT_EQ(day(1).at("usage").as_object().at("compute").as_int64(), -600);
+  EXPECT_DOUBLE_EQ(day(1).at("usage").as_object().at("data_disk").as_double(), 10.0) << "GiB-hours";
+  EXPECT_EQ(day(5).at("charged").as_int64(), 0);
+  EXPECT_TRUE(day(5).at("by_kind").as_object().empty());
+  EXPECT_EQ(day(27).at("by_kind").as_object().at("subscription").as_int64(), 5000);
+  EXPECT_EQ(day(27).at("adjustments").as_int64(), -7);
+  std::int64_t charged = 0, received = 0;
+  for (const auto& d : days) {
+    charged += d.at("charged").as_int64();
+    received += d.at("received").as_int64();
+  }
+  EXPECT_EQ(charged, doc->at("charged").as_int64());
+  EXPECT_EQ(received, doc->at("received").as_int64());
+  EXPECT_EQ(charged, 480 + 300 - 80 + 5000);
 }
 
 // A refund reduces the charges it refunds; it is not a credit.

@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char* kMeterColumns =
     "SELECT id, account_id, user_id, resource, kind, divisor, rate, gib, open_since, accrued, quantity, charged, "
-    "settled_quantity, settled_until, generation, created_at FROM meters ";
+    "settled_quantity, settled_until, generation, created_at, held_since FROM meters ";
 
 Meter meter_from(const store::Row& r) {
   Meter m;
@@ -33,6 +33,7 @@ Meter meter_from(const store::Row& r) {
   m.settled_until = from_unix_micros(r.int64(13));
   m.generation = r.int64(14);
   m.created_at = from_unix_micros(r.int64(15));
+  if (auto t = r.opt_int64(16)) m.held_since = from_unix_micros(*t);
   return m;
 }
 
@@ -109,14 +110,19 @@ std::optional<MeterKind> parse_meter_kind(std::string_view t) {
 
 bool is_compute(MeterKind kind) { return kind == MeterKind::compute || kind == MeterKind::compute_no_gpu; }
 
+namespace {
+// A held meter accrues nothing past held_since.
+SysTime counted_until(const Meter& m, SysTime t) { return m.held_since && *m.held_since < t ? *m.held_since : t; }
+}  // namespace
+
 std::int64_t accrued_at(const Meter& m, SysTime t) {
   if (!m.open_since) return m.accrued;
-  return m.accrued + m.rate * whole_seconds(*m.open_since, t);
+  return m.accrued + m.rate * whole_seconds(*m.open_since, counted_until(m, t));
 }
 
 std::int64_t quantity_at(const Meter& m, SysTime t) {
   if (!m.open_since) return m.quantity;
-  return m.quantity + quantity_per_second(m) * whole_seconds(*m.open_since, t);
+  return m.quantity + quantity_per_second(m) * whole_seconds(*m.open_since, counted_until(m, t));
 }
 
 std::int64_t due_at(const Meter& m, SysTime t) {
@@ -161,7 +167,7 @@ Status open_meter(store::Database& db, const std::string& user_id, const std::st
   const Meter& m = **existing;
   if (m.open_since && m.rate == rate && m.gib == gib) return ok();
   // Fold the open interval into the closed totals, then open again at the new rate.
-  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, rate = ?, gib = ?, open_since = ?, "
+  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, rate = ?, gib = ?, open_since = ?, held_since = NULL, "
                       "generation = generation + 1 WHERE id = ? AND generation = ?",
                       {accrued_at(m, since), quantity_at(m, since), rate, gib, to_unix_micros(since), m.id, m.generation});
       !s)
@@ -176,8 +182,10 @@ Status close_meter(store::Database& db, const std::string& resource, MeterKind k
   if (!existing) return fail(existing.error());
   if (!*existing || !(*existing)->open_since) return ok();
   Meter m = **existing;
+  m.held_since.reset();  // the run's real end is known: it counts to it
   const SysTime end = std::max(until, *m.open_since);
-  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, open_since = NULL, generation = generation + 1 "
+  if (auto s = db.run("UPDATE meters SET accrued = ?, quantity = ?, open_since = NULL, held_since = NULL, "
+                      "generation = generation + 1 "
                       "WHERE id = ? AND generation = ?",
                       {accrued_at(m, end), quantity_at(m, end), m.id, m.generation});
       !s)
@@ -248,7 +256,7 @@ std::string owing_meters_sql(bool spanned) {
   return "SELECT account_id, user_id, resource, kind, rate, gib, " + amount +
          ", quantity + (CASE WHEN kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE gib END) * "
          "((? - open_since) / 1000000) - settled_quantity "
-         "FROM meters WHERE open_since IS NOT NULL AND open_since <= ? AND " +
+         "FROM meters WHERE open_since IS NOT NULL AND held_since IS NULL AND open_since <= ? AND " +
          amount + " > 0" + (spanned ? " AND account_id >= ? AND account_id <= ?" : "") + " ORDER BY account_id";
 }
 
@@ -292,6 +300,25 @@ GroupEntry group_entry(const std::string& user_id, MeterKind kind, std::vector<O
   g.lines.reserve(owed.size());
   for (const auto& o : owed) g.lines.push_back(EntryLine{o.resource, kind_text, o.quantity, -o.amount});
   return g;
+}
+
+// Held meters (an unreachable host's instances, few and brief) are settled one by one, each
+// up to its held_since.
+Status settle_held(store::Database& db, SysTime t, const std::optional<AccountSpan>& span, SettlementSummary& summary) {
+  const std::string where = "WHERE open_since IS NOT NULL AND held_since IS NOT NULL AND open_since <= ?";
+  auto held = span ? meters(db, std::string(kMeterColumns) + where + " AND account_id >= ? AND account_id <= ? ORDER BY id",
+                            {to_unix_micros(t), span->first, span->last})
+                   : meters(db, std::string(kMeterColumns) + where + " ORDER BY id", {to_unix_micros(t)});
+  if (!held) return fail(held.error());
+  for (const Meter& m : *held) {
+    const std::int64_t due = due_at(m, t);
+    if (due <= 0) continue;
+    if (auto s = settle_meter(db, m, t); !s) return s;
+    summary.meters += 1;
+    summary.entries += 1;
+    summary.charged += due;
+  }
+  return ok();
 }
 
 // A pass over the selected accounts: every owing meter read once, one ledger entry per
@@ -347,12 +374,15 @@ Result<SettlementSummary> settle_selected(store::Database& db, SysTime t, const 
     summary.entries += static_cast<std::size_t>(seq - before->entries);
     summary.charged += -total;
   }
-  if (accounts.empty()) return summary;
+  if (accounts.empty()) {
+    if (auto s = settle_held(db, t, span, summary); !s) return fail(s.error());
+    return summary;
+  }
   fault_point("billing.settle.after_ledger_insert");
   const std::string update_sql = std::string("UPDATE meters SET charged = (accrued + rate * ((? - open_since) / 1000000)) / divisor, "
                       "settled_quantity = quantity + (CASE WHEN kind IN ('compute', 'compute_no_gpu') THEN 1 ELSE gib END) * "
                       "((? - open_since) / 1000000), settled_until = ?, generation = generation + 1 "
-                      "WHERE open_since IS NOT NULL AND open_since <= ?") +
+                      "WHERE open_since IS NOT NULL AND held_since IS NULL AND open_since <= ?") +
       (span ? " AND account_id >= ? AND account_id <= ?" : "") +
       " AND (accrued + rate * ((? - open_since) / 1000000)) / divisor > charged";
   if (auto s = span ? db.run(update_sql, {T, T, T, T, span->first, span->last, T}) : db.run(update_sql, {T, T, T, T, T});
@@ -360,6 +390,7 @@ Result<SettlementSummary> settle_selected(store::Database& db, SysTime t, const 
     return fail(s.error());
   if (static_cast<std::size_t>(db.changes()) != summary.meters)
     return fail(ErrorCode::conflict, "meters changed during their settlement; try again");
+  if (auto s = settle_held(db, t, span, summary); !s) return fail(s.error());
   return summary;
 }
 
@@ -416,6 +447,28 @@ Result<std::int64_t> unsettled_of_account(store::Database& db, const std::string
   std::int64_t total = 0;
   for (const auto& m : *open) total += due_at(m, now);
   return total;
+}
+
+Status hold_compute_meters(store::Database& db, const std::vector<std::string>& instance_ids, SysTime since) {
+  for (const auto& id : instance_ids) {
+    if (auto s = db.run("UPDATE meters SET held_since = ?, generation = generation + 1 WHERE resource = ? AND kind IN "
+                        "('compute', 'compute_no_gpu') AND open_since IS NOT NULL AND held_since IS NULL",
+                        {to_unix_micros(since), id});
+        !s)
+      return s;
+  }
+  return ok();
+}
+
+Status release_compute_meters(store::Database& db, const std::vector<std::string>& instance_ids) {
+  for (const auto& id : instance_ids) {
+    if (auto s = db.run("UPDATE meters SET held_since = NULL, generation = generation + 1 WHERE resource = ? AND kind IN "
+                        "('compute', 'compute_no_gpu') AND held_since IS NOT NULL",
+                        {id});
+        !s)
+      return s;
+  }
+  return ok();
 }
 
 }  // namespace gpucloud::billing

@@ -34,6 +34,9 @@ struct Meter {
   std::int64_t rate = 0;  // per hour while open
   std::int64_t gib = 0;   // storage: the whole GiB billed now
   std::optional<SysTime> open_since;
+  // Held (its host unreachable): nothing accrues past this for a settlement until released;
+  // a close at the container's real end counts to that end.
+  std::optional<SysTime> held_since;
   std::int64_t accrued = 0;   // of the closed intervals
   std::int64_t quantity = 0;  // of the closed intervals: seconds, or GiB-seconds
   std::int64_t charged = 0;
@@ -69,6 +72,13 @@ Status void_meter(store::Database& db, const std::string& resource, MeterKind ki
 // re-rated when the size changes, closed when `gib` is nullopt (deleted, not billable).
 Status follow_storage(store::Database& db, const std::string& user_id, const std::string& resource, MeterKind kind,
                       std::optional<std::int64_t> gib, std::int64_t micros_per_gib_hour, SysTime now);
+
+// An unreachable host's instances: their open compute meters are held from `since` (the
+// host's last sign of life): settlements charge them up to `since` only. Released when the
+// host's agent answers again: the next settlement charges the time in between if the
+// instance ran on (a run that ended meanwhile closes at the container's own end instead).
+Status hold_compute_meters(store::Database& db, const std::vector<std::string>& instance_ids, SysTime since);
+Status release_compute_meters(store::Database& db, const std::vector<std::string>& instance_ids);
 
 // Charges what the meter owes at `t` as one ledger entry (none when nothing is due).
 Status settle_meter(store::Database& db, const Meter& m, SysTime t);

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "billing/ledger.h"
 #include "billing/meters.h"
+#include "instances/instance_record.h"
 #include "market/prices.h"
 
 namespace gpucloud::billing {
@@ -28,6 +30,12 @@ bool is_storage_kind(std::string_view kind) {
 json::value quantity_json(std::string_view kind, std::int64_t quantity) {
   if (is_storage_kind(kind)) return static_cast<double>(quantity) / 3600.0;
   return quantity;
+}
+
+int days_in_month(int y, int m) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m == 2 && leap ? 29 : kDays[m - 1];
 }
 
 // Per day, in the smallest unit, of a meter's current rate (floored: an estimate).
@@ -260,6 +268,8 @@ Result<json::object> revenue_summary(store::Database& db, const std::string& mon
   auto arrears_end = arrears_at(db, bounds->second);
   if (!arrears_end) return fail(arrears_end.error());
   const std::int64_t unpaid = *arrears_end - *arrears_start;
+  auto days = revenue_by_day(db, bounds->first, bounds->second, tz);
+  if (!days) return fail(days.error());
   return json::object{{"month", month},
                       {"timezone", tz.name()},
                       {"currency", currency},
@@ -271,7 +281,156 @@ Result<json::object> revenue_summary(store::Database& db, const std::string& mon
                       {"credits", received},
                       {"adjustments", adjustments},
                       {"arrears", *arrears_end},
-                      {"arrears_change", unpaid}};
+                      {"arrears_change", unpaid},
+                      {"days", std::move(*days)}};
+}
+
+Result<json::array> revenue_by_day(store::Database& db, SysTime since, SysTime until, const TimeZone& tz) {
+  // The local midnights from `since`'s day to `until`: day i is [starts[i], starts[i+1]).
+  std::vector<SysTime> starts;
+  std::vector<std::string> names;
+  for (TimeZone::Date d = tz.local_date(since);;) {
+    const SysTime start = tz.start_of(d);
+    if (start >= until) break;
+    starts.push_back(start);
+    names.push_back(day_text(d));
+    if (starts.size() > 366) return fail(ErrorCode::invalid_argument, "by day: at most 366 days");
+    const int len = days_in_month(d.year, d.month);
+    d = d.day < len ? TimeZone::Date{d.year, d.month, d.day + 1}
+                    : (d.month == 12 ? TimeZone::Date{d.year + 1, 1, 1} : TimeZone::Date{d.year, d.month + 1, 1});
+  }
+  struct Day {
+    std::int64_t charged = 0, received = 0, refunds = 0, adjustments = 0;
+    std::map<std::string, std::int64_t> by_kind, usage;
+  };
+  std::vector<Day> out(starts.size());
+  if (!starts.empty()) {
+    // One pass over the period's entries (portable SQL; the day is found here, in `tz`).
+    auto s = db.each(
+        "SELECT time, kind, COALESCE(resource_kind, ''), amount, quantity FROM ledger_entries WHERE time >= ? AND time < ?",
+        {to_unix_micros(starts.front()), to_unix_micros(until)}, [&](const store::RowView& r) {
+          const SysTime t = from_unix_micros(r.int64(0));
+          auto at = std::upper_bound(starts.begin(), starts.end(), t);
+          if (at == starts.begin()) return true;
+          Day& day = out[static_cast<std::size_t>(at - starts.begin() - 1)];
+          const std::string kind(r.text(1)), resource_kind(r.text(2));
+          const std::int64_t amount = r.int64(3), quantity = r.int64(4);
+          auto charge = [&](const std::string& key) {
+            day.by_kind[key] += -amount;
+            day.charged += -amount;
+          };
+          if (kind == "charge" || kind == "refund") {
+            charge(resource_kind.empty() ? "charge" : resource_kind);
+            if (kind == "refund") day.refunds += amount;
+            // Refunds carry the quantity returned (negative); a subscription's none.
+            if (!resource_kind.empty() && resource_kind != "subscription") day.usage[resource_kind] += quantity;
+          } else if (kind == "subscription") {
+            charge("subscription");
+          } else if (kind == "credit") {
+            day.received += amount;
+          } else if (kind == "adjustment") {
+            day.adjustments += amount;
+          }
+          return true;
+        });
+    if (!s) return fail(s.error());
+  }
+  json::array days;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    json::object by_kind, usage;
+    for (const auto& [k, v] : out[i].by_kind) by_kind[k] = v;
+    for (const auto& [k, v] : out[i].usage) usage[k] = quantity_json(k, v);
+    days.push_back(json::object{{"day", names[i]},
+                                {"charged", out[i].charged},
+                                {"by_kind", std::move(by_kind)},
+                                {"usage", std::move(usage)},
+                                {"refunds", out[i].refunds},
+                                {"received", out[i].received},
+                                {"adjustments", out[i].adjustments}});
+  }
+  return days;
+}
+
+Result<json::array> subscriptions(store::Database& db, const std::string& user_id, SysTime now) {
+  auto account = account_of_user(db, user_id);
+  if (!account) return fail(account.error());
+  struct Paid {
+    std::int64_t paid = 0, refunded = 0, payments = 0;
+    std::optional<SysTime> first_paid_at, last_paid_at;
+    std::string last_description;
+  };
+  std::map<std::string, Paid> by_instance;
+  // Payments (kind subscription) and their refunds (resource_kind subscription), per instance.
+  auto s = db.each(
+      "SELECT resource, kind, amount, time, description FROM ledger_entries WHERE account_id = ? AND user_id = ? "
+      "AND resource IS NOT NULL "
+      "AND (kind = 'subscription' OR (kind = 'refund' AND resource_kind = 'subscription')) ORDER BY seq",
+      {account->id, user_id}, [&](const store::RowView& r) {
+        Paid& p = by_instance[std::string(r.text(0))];
+        const SysTime t = from_unix_micros(r.int64(3));
+        if (r.text(1) == "subscription") {
+          p.paid += -r.int64(2);
+          ++p.payments;
+          if (!p.first_paid_at) p.first_paid_at = t;
+          p.last_paid_at = t;
+          p.last_description = std::string(r.text(4));
+        } else {
+          p.refunded += r.int64(2);
+        }
+        return true;
+      });
+  if (!s) return fail(s.error());
+  struct Item {
+    instances::Instance instance;
+    Paid paid;
+    bool active = false;
+  };
+  std::vector<Item> items;
+  for (const auto& [id, paid] : by_instance) {
+    auto loaded = instances::load_instance(db, id);
+    if (!loaded) return fail(loaded.error());
+    if (!*loaded || (*loaded)->owner != user_id) continue;
+    const auto& i = **loaded;
+    const bool active = i.billing_mode != "hourly" && i.state != instances::InstanceState::released &&
+                        i.state != instances::InstanceState::releasing && (!i.expires_at || *i.expires_at > now);
+    items.push_back(Item{i, paid, active});
+  }
+  // Active ones first, the soonest to end first; then ended ones, the last paid first.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.active != b.active) return a.active;
+    if (a.active) {
+      const auto ea = a.instance.expires_at.value_or(SysTime::max()), eb = b.instance.expires_at.value_or(SysTime::max());
+      if (ea != eb) return ea < eb;
+    } else if (a.paid.last_paid_at != b.paid.last_paid_at) {
+      return a.paid.last_paid_at > b.paid.last_paid_at;
+    }
+    return a.instance.id < b.instance.id;
+  });
+  auto time_or_null = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
+  json::array out;
+  for (const auto& it : items) {
+    const auto& i = it.instance;
+    // The term: the instance's mode while it is a subscription; after it, what the last payment was for.
+    std::string term = i.billing_mode;
+    if (term == "hourly") term = it.paid.last_description.find("monthly") != std::string::npos ? "monthly" : "weekly";
+    out.push_back(json::object{
+        {"instance", i.id},
+        {"name", i.name},
+        {"instance_state", std::string(instances::to_string(i.state))},
+        {"gpu_model", i.gpu_model ? json::value(*i.gpu_model) : json::value(nullptr)},
+        {"gpu_count", i.gpu_count},
+        {"term", term},
+        {"status", it.active ? "active" : "ended"},
+        {"started_at", time_or_null(i.term_anchor)},
+        {"expires_at", it.active ? time_or_null(i.expires_at) : json::value(nullptr)},
+        {"auto_renew", it.active && i.auto_renew},
+        {"payments", it.paid.payments},
+        {"paid", it.paid.paid},
+        {"refunded", it.paid.refunded},
+        {"first_paid_at", time_or_null(it.paid.first_paid_at)},
+        {"last_paid_at", time_or_null(it.paid.last_paid_at)}});
+  }
+  return out;
 }
 
 }  // namespace gpucloud::billing

@@ -43,8 +43,24 @@ struct EstimateRequest {
 };
 Result<boost::json::object> estimate(store::Database& db, const EstimateRequest& request, const std::string& currency);
 
-// The operator's revenue summary for a month: charges by kind, subscriptions, credits.
+// The operator's revenue summary for a month: charges by kind, subscriptions, credits, and
+// `days`: the same by day (revenue_by_day).
 Result<boost::json::object> revenue_summary(store::Database& db, const std::string& month, const TimeZone& tz,
                                             const std::string& currency);
+
+// Every day of [since, until) in `tz` (local midnights; at most 366), oldest first:
+// {day: "YYYY-MM-DD", charged (net of refunds; subscriptions included), by_kind: {kind:
+// amount}, usage: {meter kind: seconds (compute) or GiB-hours (storage), net of refunds},
+// refunds, received (credits), adjustments}. Days without entries are there with zeros, so
+// the days' `charged` add up to the period's.
+Result<boost::json::array> revenue_by_day(store::Database& db, SysTime since, SysTime until, const TimeZone& tz);
+
+// The user's subscriptions (GET /billing/subscriptions): every instance of theirs with a
+// subscription payment, active ones first (soonest to end first), then ended ones (expired
+// into pay-as-you-go, or released), last paid first: {instance, name, instance_state,
+// gpu_model, gpu_count, term (weekly|monthly), status (active|ended), started_at (the first
+// running), expires_at and auto_renew (while active), payments, paid, refunded,
+// first_paid_at, last_paid_at}.
+Result<boost::json::array> subscriptions(store::Database& db, const std::string& user_id, SysTime now);
 
 }  // namespace gpucloud::billing

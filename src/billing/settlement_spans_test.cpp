@@ -13,6 +13,7 @@
 #include "billing/reports.h"
 #include "billing/resource_meters.h"
 #include "config/config.h"
+#include "core/unique_temp_dir.h"
 #include "market/prices.h"
 #include "store/store.h"
 
@@ -28,9 +29,7 @@ using std::chrono::seconds;
 class SpannedStore {
  public:
   explicit SpannedStore(int accounts) {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-spans-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-spans");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     if (!s) throw std::runtime_error(s.error().detail);
     store_ = std::move(*s);

@@ -173,6 +173,7 @@ int run_cli(const std::vector<std::string>& args, Deps& deps) {
   add_image_commands(app, registry);
   add_security_group_commands(app, registry);
   add_billing_commands(app, registry);
+  add_admin_host_pki_commands(app, registry);  // under `admin host`
 
   std::vector<const char*> argv;
   argv.reserve(args.size() + 1);

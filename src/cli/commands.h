@@ -20,11 +20,16 @@ void add_set_command(CLI::App& app, Registry& registry);  // set NAME: PATCH /in
 void add_key_commands(CLI::App& app, Registry& registry);
 void add_disk_commands(CLI::App& app, Registry& registry);     // disk ..., snapshot ...
 void add_admin_commands(CLI::App& app, Registry& registry);
+// admin host drain|undrain|remove NAME (commands_admin_hosts.cpp), under `admin`.
+void add_admin_host_commands(CLI::App& admin, Registry& registry);
 void add_connect_commands(CLI::App& app, Registry& registry);  // ssh, ssh-config, events
 void add_image_commands(CLI::App& app, Registry& registry);    // save-image, image rm|restore
 void add_security_group_commands(CLI::App& app, Registry& registry);  // sg create|ls|show|set|rm
 // balance, ledger, usage, statement, idle, alert set|show|clear
 void add_billing_commands(CLI::App& app, Registry& registry);
+// admin host join-token NAME [--ttl] | revoke NAME (commands_admin_host_pki.cpp): joins the
+// `admin host` group when it exists, makes it otherwise. Call after add_admin_commands.
+void add_admin_host_pki_commands(CLI::App& app, Registry& registry);
 
 // Human renderings shared with the tests.
 std::string render_market(const boost::json::value& market);

@@ -97,6 +97,24 @@ std::string render_hosts(const json::value& hosts) {
         pos = end == std::string::npos ? lines.size() : end + 1;
       }
     }
+    // How its instances get GPUs, and whether lxcfs serves their /proc (issue 25).
+    if (const auto* gi = member(host, "gpu_injection"); gi && gi->is_object()) {
+      table.add_detail("    gpu injection: " + text(*gi, "mode") + " (" + text(*gi, "reason", "") + ")");
+    }
+    if (const auto* lx = member(host, "lxcfs"); lx && lx->is_object()) {
+      table.add_detail(std::string("    lxcfs: ") + (flag(*lx, "available") ? "available" : "not available") + " (" +
+                       text(*lx, "reason", "") + ")");
+    }
+    // Who serves it (issue 26): kind, version, address, connection, heartbeat, certificate.
+    if (const auto* agent = member(host, "agent"); agent && agent->is_object() && member(*agent, "kind")) {
+      std::string line = "    agent: " + text(*agent, "kind") + " " + text(*agent, "version");
+      if (member(*agent, "address")) line += " at " + text(*agent, "address");
+      line += member(*agent, "connected_since") ? ", connected since " + text(*agent, "connected_since")
+                                                : std::string(", not connected");
+      line += ", last heartbeat " + text(*agent, "last_heartbeat_at");
+      if (member(*agent, "certificate_expires_at")) line += ", certificate expires " + text(*agent, "certificate_expires_at");
+      table.add_detail(line);
+    }
   }
   return table.render();
 }
@@ -109,11 +127,12 @@ struct AdminArgs {
   std::string note;
   std::string prices_file;
   std::string seconds;
+  bool include_removed = false;
 };
 
-Outcome do_hosts(Context& ctx) {
+Outcome do_hosts(Context& ctx, const AdminArgs& a) {
   GC_TRY(api, ctx.api());
-  GC_TRY(hosts, ctx.check((*api)->get_all("/admin/hosts")));
+  GC_TRY(hosts, ctx.check((*api)->get_all(a.include_removed ? "/admin/hosts?include_removed=true" : "/admin/hosts")));
   ctx.print(*hosts, [&] { ctx.out() << render_hosts(*hosts); });
   return {};
 }
@@ -223,7 +242,9 @@ void add_admin_commands(CLI::App& app, Registry& registry) {
   admin->require_subcommand(1);
 
   auto* hosts = admin->add_subcommand("hosts", "GPU hosts and their GPUs");
-  registry.on(hosts, [](Context& ctx) { return do_hosts(ctx); });
+  hosts->add_flag("--include-removed", a->include_removed, "list removed hosts too");
+  registry.on(hosts, [a](Context& ctx) { return do_hosts(ctx, *a); });
+  add_admin_host_commands(*admin, registry);
 
   auto* users = admin->add_subcommand("users", "all users, with their balance and its state");
   registry.on(users, [](Context& ctx) { return do_users(ctx); });

@@ -156,6 +156,8 @@ std::string ssh_command(const json::value& inst) {
 std::string state_with_reason(const json::value& inst) {
   std::string state = text(inst, "state");
   auto reason = text(inst, "state_reason", "");
+  // Its host stopped answering: the state is the last known one (issue 26).
+  if (flag(inst, "host_unreachable")) reason += std::string(reason.empty() ? "" : "; ") + "host unreachable";
   return reason.empty() ? state : fmt::format("{} ({})", state, reason);
 }
 

@@ -155,6 +155,19 @@ std::string render_top_frame(const json::value& instance, const json::value& met
                           : "none yet (the first comes within one sampling interval)");
   kv.add("cpu", cpu_line(latest, instance, metrics));
   kv.add("memory", memory_line(latest, metrics));
+  {
+    // The system disk's use (the engine's count of what the instance wrote over its image)
+    // against its size: "1.2 GiB / 30 GiB", "- / 30 GiB" before the first count.
+    auto used = integer(instance, "system_disk_used_bytes");
+    auto gib = integer(instance, "system_disk_gib");
+    if (used || (gib && *gib > 0)) {
+      std::string line = used ? format_bytes(*used) : std::string("-");
+      line += " / " + (gib && *gib > 0 ? std::to_string(*gib) + " GiB" : std::string("no size"));
+      if (used && gib && *gib > 0)
+        line += fmt::format(" ({:.1f}%)", 100.0 * static_cast<double>(*used) / static_cast<double>(*gib << 30));
+      kv.add("system disk", line);
+    }
+  }
   const json::value* gpu_metrics = member(metrics, "gpu_metrics");
   if (gpu_metrics != nullptr && !flag(*gpu_metrics, "available")) {
     kv.add("gpu", "no readings: " + text(*gpu_metrics, "reason", "the server gave no reason"));

@@ -91,6 +91,7 @@ instances::Instance gpu_instance() {
   i.cpu = 16;
   i.memory_gib = 64;
   i.system_disk_gib = 50;
+  i.system_disk_used_bytes = 5LL << 30;
   i.image_id = "img-base";
   i.image_name = "base";
   i.billing_mode = "hourly";
@@ -221,6 +222,7 @@ TEST_F(CliTopSetTest, TopOncePrintsCpuMemoryAndARowPerGpu) {
   EXPECT_NE(line_with("sample:").find("2025-01-01T00:10:00Z, 4s ago"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("cpu:").find("150.5% of one core (16 CPUs)"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("memory:").find("3 GiB / 64 GiB (4.7%)"), std::string::npos) << out_.str();
+  EXPECT_NE(line_with("system disk:").find("5 GiB / 50 GiB (10.0%)"), std::string::npos) << out_.str();
   EXPECT_NE(line_with("GPU").find("MODEL"), std::string::npos) << out_.str();
   EXPECT_TRUE(printed("0    RTX 4090  87%   10 GiB / 24 GiB\n")) << out_.str();
   EXPECT_TRUE(printed("1    RTX 4090  3%    512 MiB / 24 GiB\n")) << out_.str();

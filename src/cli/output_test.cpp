@@ -147,6 +147,51 @@ TEST(CliOutput, HostTableListsEachGpu) {
             "cpu-box  zone-b  unreachable  8    16 GiB   none\n");
 }
 
+TEST(CliOutput, HostTableSaysHowGpusAreGivenAndWhetherLxcfsServes) {
+  json::value hosts = json::parse(R"({"items":[
+    {"id":"h-1","name":"node-1","zone":"zone-a","state":"ready","cpu":16,"memory_gib":128,"gpus":[],
+     "gpu_injection":{"mode":"builtin","reason":"the engine has no nvidia runtime; driver 580.159.04","driver_version":"580.159.04"},
+     "lxcfs":{"available":false,"reason":"lxcfs is not mounted on /var/run/gpucloud/lxcfs"}}
+  ]})");
+  EXPECT_EQ(render_hosts(hosts),
+            "NAME    ZONE    STATE  CPU  MEM      GPUS\n"
+            "node-1  zone-a  ready  16   128 GiB  none\n"
+            "    gpu injection: builtin (the engine has no nvidia runtime; driver 580.159.04)\n"
+            "    lxcfs: not available (lxcfs is not mounted on /var/run/gpucloud/lxcfs)\n");
+}
+
+// Issue 26: who serves each host, and an instance whose host stopped answering.
+TEST(CliOutput, HostTableNamesTheAgentAndInstancesSayTheirHostIsUnreachable) {
+  json::value hosts = json::parse(R"({"items":[
+    {"id":"h-1","name":"node-1","zone":"zone-a","state":"draining","cpu":16,"memory_gib":128,"gpus":[],
+     "agent":{"kind":"remote","version":"0.1.0","address":"10.0.0.5:7443","connected_since":"2026-12-05T01:00:00Z",
+              "last_heartbeat_at":"2026-12-05T02:00:00Z","certificate_expires_at":"2027-12-05T00:00:00Z"}},
+    {"id":"h-2","name":"node-2","zone":"zone-a","state":"ready","cpu":16,"memory_gib":128,"gpus":[],
+     "agent":{"kind":"in_process","version":"0.1.0","address":null,"connected_since":null,
+              "last_heartbeat_at":null,"certificate_expires_at":null}},
+    {"id":"h-3","name":"node-3","zone":"zone-a","state":"ready","cpu":16,"memory_gib":128,"gpus":[],
+     "agent":{"kind":null,"version":null,"address":null,"connected_since":null,"last_heartbeat_at":null,
+              "certificate_expires_at":null}}
+  ]})");
+  EXPECT_EQ(render_hosts(hosts),
+            "NAME    ZONE    STATE     CPU  MEM      GPUS\n"
+            "node-1  zone-a  draining  16   128 GiB  none\n"
+            "    agent: remote 0.1.0 at 10.0.0.5:7443, connected since 2026-12-05T01:00:00Z, last heartbeat "
+            "2026-12-05T02:00:00Z, certificate expires 2027-12-05T00:00:00Z\n"
+            "node-2  zone-a  ready     16   128 GiB  none\n"
+            "    agent: in_process 0.1.0, not connected, last heartbeat -\n"
+            "node-3  zone-a  ready     16   128 GiB  none\n");
+  json::value list = json::parse(R"({"items":[
+    {"name":"train-1","state":"running","zone":"zone-a","host":"node-1","host_unreachable":true,
+     "gpu_model":"RTX 4090","gpu_count":1,"gpus":[{"index":0,"simulated":true}],"ssh":null},
+    {"name":"prep","state":"stopped","state_reason":"exited 1","zone":"zone-a","host":"node-1",
+     "host_unreachable":true,"gpu_count":0,"no_gpu":true,"ssh":null}
+  ]})");
+  const std::string table = render_instances(list, false);
+  EXPECT_NE(table.find("running (host unreachable)"), std::string::npos) << table;
+  EXPECT_NE(table.find("stopped (exited 1; host unreachable)"), std::string::npos) << table;
+}
+
 TEST(CliOutput, DurationsForTheTestClock) {
   EXPECT_EQ(parse_duration_seconds("3600").value(), 3600);
   EXPECT_EQ(parse_duration_seconds("90m").value(), 5400);

@@ -102,7 +102,7 @@ class Parser {
                {"listen", "data_dir", "currency", "registration", "public_host", "session_ttl",
                 "billing_timezone", "store", "zones", "hosts", "images", "offers",
                 "no_gpu_offer", "storage_prices", "quotas", "alerts", "policy", "server", "billing", "monitoring", "agent",
-                "metrics"});
+                "metrics", "agents"});
     get_string(root, "", "listen", c.listen);
     get_string(root, "", "data_dir", c.data_dir);
     get_string(root, "", "currency", c.currency);
@@ -163,7 +163,12 @@ class Parser {
       get_duration(*t, "monitoring", "downsampled_retention", c.monitoring.downsampled_retention);
     }
     if (const toml::table* t = get_table(root, "", "agent")) {
-      check_keys(*t, "agent", {"network_holders", "network_pool_size", "disk_overcommit"});
+      check_keys(*t, "agent", {"network_holders", "network_pool_size", "disk_overcommit", "gpu_injection",
+                               "nvidia_driver_root", "dev_root", "lxcfs_dir"});
+      get_string(*t, "agent", "gpu_injection", c.agent.gpu_injection);
+      get_string(*t, "agent", "nvidia_driver_root", c.agent.nvidia_driver_root);
+      get_string(*t, "agent", "dev_root", c.agent.dev_root);
+      get_string(*t, "agent", "lxcfs_dir", c.agent.lxcfs_dir);
       get_bool(*t, "agent", "network_holders", c.agent.network_holders);
       get_int(*t, "agent", "network_pool_size", c.agent.network_pool_size);
       if (const toml::node* n = t->get("disk_overcommit")) {
@@ -172,6 +177,7 @@ class Parser {
         else type_error(*n, "agent.disk_overcommit", "a number");
       }
     }
+    if (const toml::table* t = get_table(root, "", "agents")) read_agents(*t, c.agents);
     if (const toml::table* t = get_table(root, "", "alerts")) {
       check_keys(*t, "alerts", {"allow_private_webhook_targets"});
       get_bool(*t, "alerts", "allow_private_webhook_targets", c.alerts.allow_private_webhook_targets);
@@ -220,8 +226,10 @@ class Parser {
   Host read_host(const toml::table& t, const std::string& path) {
     Host h;
     check_keys(t, path,
-               {"name", "zone", "engine", "cpu", "memory_gib", "port_range", "simulated_gpus", "disk_driver"});
+               {"name", "zone", "engine", "cpu", "memory_gib", "port_range", "simulated_gpus", "disk_driver",
+                "public_address"});
     get_string(t, path, "name", h.name);
+    get_string(t, path, "public_address", h.public_address);
     get_string(t, path, "disk_driver", h.disk_driver);
     get_string(t, path, "zone", h.zone);
     get_string(t, path, "engine", h.engine);
@@ -306,6 +314,32 @@ class Parser {
     }
     get_micros(t, path, "snapshot_per_gib_hour", s.snapshot_per_gib_hour_micros);
     get_micros(t, path, "image_per_gib_hour", s.image_per_gib_hour_micros);
+  }
+
+  // [agents] (issue 26): the remote agents' TLS listener.
+  void read_agents(const toml::table& t, AgentsConfig& a) {
+    const char* path = "agents";
+    check_keys(t, path,
+               {"listen", "url", "server_names", "certificate_days", "join_token_ttl", "heartbeat_interval",
+                "unreachable_after", "reconnect_grace"});
+    get_string(t, path, "listen", a.listen);
+    get_string(t, path, "url", a.url);
+    if (const toml::node* n = t.get("server_names")) {
+      std::string npath = join(path, "server_names");
+      if (const toml::array* arr = n->as_array()) {
+        for (std::size_t i = 0; i < arr->size(); ++i) {
+          std::string name;
+          if (expect_string(*arr->get(i), indexed(npath, i), name)) a.server_names.push_back(name);
+        }
+      } else {
+        error(n->source(), npath, "expected an array of strings, got " + std::string(type_name(*n)));
+      }
+    }
+    get_int(t, path, "certificate_days", a.certificate_days);
+    get_duration(t, path, "join_token_ttl", a.join_token_ttl);
+    get_duration(t, path, "heartbeat_interval", a.heartbeat_interval);
+    get_duration(t, path, "unreachable_after", a.unreachable_after);
+    get_duration(t, path, "reconnect_grace", a.reconnect_grace);
   }
 
   static bool parse_port_range(std::string_view s, int& low, int& high) {

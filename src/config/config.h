@@ -42,6 +42,9 @@ struct Host {
   // Where the host keeps data disks: "loop-ext4" (ext4 image files) or "btrfs" (subvolumes
   // of one pool, instant snapshots). See agent/disks/disk_driver_registry.h.
   std::string disk_driver = "loop-ext4";
+  // Added key: the address users SSH to for this host's instances (a remote GPU host's own
+  // name or IP); "" = the control plane's public_host.
+  std::string public_address;
   bool uses_nvml() const { return simulated_gpus.empty(); }
   std::string port_range() const;  // "30000-30999"
 };
@@ -106,7 +109,48 @@ struct AgentSettings {  // added section [agent]
   // disks) up to (its filesystem's size - the reserve) x this (0.1-100; 1.0: never more than
   // the disk has).
   double disk_overcommit = 1.0;
+  // How an instance gets its GPUs (agent/gpu/injection_plan.h): "auto" (toolkit where the
+  // engine has the nvidia runtime, else builtin where a driver is found, else none),
+  // "toolkit" (the engine's device request), "builtin" (gpucloud passes the device nodes and
+  // mounts the driver's files), "none" (no GPU instance can start on the host).
+  std::string gpu_injection = "auto";
+  // Where the driver's user-space files are (a directory holding libnvidia-ml.so.<ver>, or
+  // one with bin/ and lib64/ or lib/); empty: NVML's loaded path, the linker cache, then
+  // /usr/local/nvidia.
+  std::string nvidia_driver_root;
+  std::string dev_root = "/dev";  // where the device nodes are (tests point it at a fake /dev)
+  // lxcfs's mount point: its proc/ and sys/ files are bound over an instance's /proc/meminfo,
+  // cpuinfo, stat, uptime, diskstats, swaps, loadavg and /sys/devices/system/cpu/online when
+  // it is mounted there. Empty: none.
+  std::string lxcfs_dir;
 };
+
+// [agents]: the TLS listener remote agents dial (issue 26; docs/contract-notes.md "Remote
+// agents: join tokens and certificates"). Off while `listen` is empty.
+struct AgentsConfig {
+  std::string listen;  // "HOST:PORT"; "" = no listener (all-in-one only)
+  // The https URL agents dial and join commands name; "" in the file = made by apply_defaults
+  // from listen (its host, or this machine's host name for 0.0.0.0 / [::]).
+  std::string url;
+  // The listener certificate's SANs; empty in the file = [host name, "localhost", "127.0.0.1"]
+  // plus the listen address when it is not 0.0.0.0 / [::] (apply_defaults).
+  std::vector<std::string> server_names;
+  int certificate_days = 30;  // host and listener certificates; renewed at two-thirds
+  std::chrono::seconds join_token_ttl{3600};
+  std::chrono::seconds heartbeat_interval{10};
+  std::chrono::seconds unreachable_after{30};
+  std::chrono::seconds reconnect_grace{60};
+  bool enabled() const { return !listen.empty(); }
+  std::chrono::seconds certificate_validity() const { return std::chrono::hours(24) * certificate_days; }
+  // When a certificate issued now should be renewed: two-thirds of its life.
+  std::chrono::seconds renew_after() const { return certificate_validity() * 2 / 3; }
+};
+
+// The URL of an [agents] listen address: https://HOST:PORT, HOST being `hostname` for a
+// wildcard address (0.0.0.0, [::]). "" when listen is not HOST:PORT.
+std::string default_agents_url(std::string_view listen, std::string_view hostname);
+// This machine's host name (gethostname), "localhost" when it has none.
+std::string machine_hostname();
 
 struct Policy {
   int recycle_days = 7;  // deleted disks, snapshots, images stay restorable this long (0: final)
@@ -155,6 +199,7 @@ struct Config {
   Monitoring monitoring;
   Alerts alerts;
   AgentSettings agent;
+  AgentsConfig agents;
   Policy policy;
   Server server;
   MetricsAccess metrics;
@@ -185,5 +230,11 @@ std::optional<std::int64_t> decimal_to_micros(std::string_view text);
 
 // [a-z][a-z0-9-]{0,62}: zone names (and the resource names of the API).
 bool is_valid_name(std::string_view name);
+// [[hosts]] names (and the hosts that join): letters, digits, '-', '.', '_', starting with a
+// letter or digit, at most 63.
+bool is_valid_host_name(std::string_view name);
+// A name a TLS certificate can carry as a SAN: an IPv4/IPv6 literal, or a DNS name (letters,
+// digits, '-', '.'; labels of 1-63 not starting or ending with '-'; at most 253).
+bool is_valid_certificate_name(std::string_view name);
 
 }  // namespace gpucloud::config

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -263,6 +264,38 @@ TEST(Config, AgentSectionDefaultsAndRefusals) {
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error().detail.find("agent.network_pool_size"), std::string::npos) << r.error().detail;
   }
+}
+
+TEST(Config, AgentGpuInjectionAndLxcfsKeys) {
+  auto d = parse_config("");
+  ASSERT_TRUE(d) << d.error().detail;
+  EXPECT_EQ(d->agent.gpu_injection, "auto");
+  EXPECT_EQ(d->agent.nvidia_driver_root, "");
+  EXPECT_EQ(d->agent.dev_root, "/dev");
+  EXPECT_EQ(d->agent.lxcfs_dir, "");
+  auto c = parse_config(
+      "[agent]\ngpu_injection = \"builtin\"\nnvidia_driver_root = \"/usr/local/nvidia\"\n"
+      "dev_root = \"/tmp/fake-dev\"\nlxcfs_dir = \"/run/gpucloud/lxcfs\"\n");
+  ASSERT_TRUE(c) << c.error().detail;
+  EXPECT_EQ(c->agent.gpu_injection, "builtin");
+  EXPECT_EQ(c->agent.nvidia_driver_root, "/usr/local/nvidia");
+  EXPECT_EQ(c->agent.dev_root, "/tmp/fake-dev");
+  EXPECT_EQ(c->agent.lxcfs_dir, "/run/gpucloud/lxcfs");
+  for (const char* mode : {"toolkit", "none", "auto"}) {
+    auto m = parse_config(std::string("[agent]\ngpu_injection = \"") + mode + "\"\n");
+    ASSERT_TRUE(m) << mode << ": " << m.error().detail;
+  }
+  auto bad_mode = parse_config("[agent]\ngpu_injection = \"cdi\"\n");
+  ASSERT_FALSE(bad_mode);
+  EXPECT_THAT(bad_mode.error().detail, HasSubstr("agent.gpu_injection"));
+  for (const char* key : {"nvidia_driver_root", "dev_root", "lxcfs_dir"}) {
+    auto r = parse_config(std::string("[agent]\n") + key + " = \"relative/dir\"\n");
+    ASSERT_FALSE(r) << key;
+    EXPECT_THAT(r.error().detail, HasSubstr(std::string("agent.") + key));
+  }
+  auto wrong_type = parse_config("[agent]\ngpu_injection = 1\n");
+  ASSERT_FALSE(wrong_type);
+  EXPECT_THAT(wrong_type.error().detail, HasSubstr("agent.gpu_injection"));
 }
 
 TEST(Config, BillingSectionDefaultsAndRefusals) {
@@ -664,6 +697,75 @@ TEST(Config, ValidateAgainAfterOverrides) {
   apply_defaults(bare);
   ASSERT_EQ(bare.zones.size(), 1u);
   EXPECT_EQ(bare.zones[0].name, "zone-a");
+}
+
+TEST(Config, AgentsSectionDefaultsAndChecks) {
+  // Absent: no listener, nothing filled in.
+  auto off = parse_config(kSpecExample);
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->agents.enabled());
+  EXPECT_EQ(off->agents.url, "");
+  EXPECT_TRUE(off->agents.server_names.empty());
+
+  auto on = parse_config("[agents]\nlisten = \"10.0.0.5:8443\"\n");
+  ASSERT_TRUE(on) << on.error().detail;
+  EXPECT_TRUE(on->agents.enabled());
+  EXPECT_EQ(on->agents.url, "https://10.0.0.5:8443");
+  std::string host = machine_hostname();
+  std::vector<std::string> names;
+  for (std::string n : {host, std::string("localhost"), std::string("127.0.0.1"), std::string("10.0.0.5")})
+    if (is_valid_certificate_name(n) && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  EXPECT_EQ(on->agents.server_names, names);
+  EXPECT_EQ(on->agents.certificate_days, 30);
+  EXPECT_EQ(on->agents.join_token_ttl, 1h);
+  EXPECT_EQ(on->agents.heartbeat_interval, 10s);
+  EXPECT_EQ(on->agents.unreachable_after, 30s);
+  EXPECT_EQ(on->agents.reconnect_grace, 60s);
+  EXPECT_EQ(on->agents.renew_after(), std::chrono::seconds(20 * 86400));
+
+  // A wildcard listen address: the URL names this machine.
+  auto any = parse_config("[agents]\nlisten = \"0.0.0.0:8443\"\n");
+  ASSERT_TRUE(any);
+  EXPECT_EQ(any->agents.url, "https://" + host + ":8443");
+  EXPECT_EQ(std::count(any->agents.server_names.begin(), any->agents.server_names.end(), "0.0.0.0"), 0);
+  EXPECT_EQ(default_agents_url("[::1]:8443", "h"), "https://[::1]:8443");
+  EXPECT_EQ(default_agents_url("[::]:8443", "h"), "https://h:8443");
+
+  auto set = parse_config(
+      "[agents]\nlisten = \"0.0.0.0:9443\"\nurl = \"https://cp.example:443\"\nserver_names = [\"cp.example\", \"::1\"]\n"
+      "certificate_days = 7\njoin_token_ttl = \"30m\"\nheartbeat_interval = \"5s\"\nunreachable_after = \"20s\"\n"
+      "reconnect_grace = \"0s\"\n");
+  ASSERT_TRUE(set) << set.error().detail;
+  EXPECT_EQ(set->agents.url, "https://cp.example:443");
+  EXPECT_EQ(set->agents.server_names, (std::vector<std::string>{"cp.example", "::1"}));
+  EXPECT_EQ(set->agents.certificate_days, 7);
+  EXPECT_EQ(set->agents.join_token_ttl, 30min);
+  EXPECT_EQ(set->agents.reconnect_grace, 0s);
+
+  EXPECT_THAT(error_of("[agents]\nlisten = \"nowhere\"\n"), HasSubstr(R"(agents.listen: "nowhere" is not HOST:PORT)"));
+  EXPECT_THAT(error_of("[agents]\nlisten = \"127.0.0.1:8080\"\n"), HasSubstr("agents.listen: \"127.0.0.1:8080\" is the API's own"));
+  EXPECT_THAT(error_of("[agents]\nlisten = \"0.0.0.0:1\"\nurl = \"http://x:1\"\n"), HasSubstr("agents.url: \"http://x:1\" is not an https URL"));
+  EXPECT_THAT(error_of("[agents]\nlisten = \"0.0.0.0:1\"\nserver_names = [\"a,b\"]\n"),
+              HasSubstr(R"(agents.server_names[0]: "a,b" is not a DNS name or an IP address)"));
+  EXPECT_THAT(error_of("[agents]\nserver_names = \"x\"\n"), HasSubstr("agents.server_names: expected an array of strings"));
+  EXPECT_THAT(error_of("[agents]\ncertificate_days = 0\n"), HasSubstr("agents.certificate_days: must be from 1 to 365"));
+  EXPECT_THAT(error_of("[agents]\njoin_token_ttl = \"10s\"\n"), HasSubstr("agents.join_token_ttl: must be from 1m to 7d"));
+  EXPECT_THAT(error_of("[agents]\njoin_token_ttl = 60\n"), HasSubstr("agents.join_token_ttl: expected a duration string"));
+  EXPECT_THAT(error_of("[agents]\nheartbeat_interval = \"0s\"\n"), HasSubstr("agents.heartbeat_interval: must be from 1s to 300s"));
+  EXPECT_THAT(error_of("[agents]\nunreachable_after = \"10s\"\n"),
+              HasSubstr("agents.unreachable_after: must be longer than agents.heartbeat_interval"));
+  EXPECT_THAT(error_of("[agents]\nreconnect_grace = \"2h\"\n"), HasSubstr("agents.reconnect_grace: must be at most 1h"));
+  EXPECT_THAT(error_of("[agents]\nlisten_on = \"x\"\n"), HasSubstr(R"(unknown key "agents.listen_on")"));
+
+  EXPECT_TRUE(is_valid_certificate_name("a.example"));
+  EXPECT_TRUE(is_valid_certificate_name("fe80::1"));
+  EXPECT_TRUE(is_valid_certificate_name("192.168.1.1"));
+  EXPECT_FALSE(is_valid_certificate_name("300.1.1.1"));
+  EXPECT_FALSE(is_valid_certificate_name("-a.example"));
+  EXPECT_FALSE(is_valid_certificate_name("a..example"));
+  EXPECT_FALSE(is_valid_certificate_name("a_b"));
+  EXPECT_TRUE(is_valid_host_name("node_1.rack-2"));
+  EXPECT_FALSE(is_valid_host_name("-node"));
 }
 
 TEST(Config, NameRule) {

@@ -1,5 +1,8 @@
 // Value and cross-field checks on a Config. They work on the struct (not the TOML), so they
 // apply equally after command-line overrides (--listen, --data-dir) and to configs built in code.
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -37,12 +40,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_valid_image_name(std::string_view name) {
   if (name.empty() || name.size() > 63 || !(name[0] >= 'a' && name[0] <= 'z')) return false;
   return std::all_of(name.begin(), name.end(), [](char c) { return is_lower_alnum(c) || c == '-' || c == '.'; });
-}
-
-// Host names end up in logs, metrics labels and the host list: hostname characters only.
-bool is_valid_host_name(std::string_view name) {
-  if (name.empty() || name.size() > 63 || !is_alnum(name[0])) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) { return is_alnum(c) || c == '-' || c == '.' || c == '_'; });
 }
 
 bool is_valid_listen(std::string_view s) {
@@ -148,6 +145,15 @@ void check_top_level(const Config& c, Checker& k) {
     k.error("agent.network_pool_size", "must be from 0 to 64");
   if (!(c.agent.disk_overcommit >= 0.1 && c.agent.disk_overcommit <= 100))
     k.error("agent.disk_overcommit", "must be from 0.1 to 100 (1.0: provision no more than the disk holds)");
+  if (c.agent.gpu_injection != "auto" && c.agent.gpu_injection != "toolkit" &&
+      c.agent.gpu_injection != "builtin" && c.agent.gpu_injection != "none")
+    k.error("agent.gpu_injection", "must be \"auto\", \"toolkit\", \"builtin\" or \"none\"");
+  if (!c.agent.nvidia_driver_root.empty() && c.agent.nvidia_driver_root.front() != '/')
+    k.error("agent.nvidia_driver_root", "must be an absolute path");
+  if (c.agent.dev_root.empty() || c.agent.dev_root.front() != '/')
+    k.error("agent.dev_root", "must be an absolute path");
+  if (!c.agent.lxcfs_dir.empty() && c.agent.lxcfs_dir.front() != '/')
+    k.error("agent.lxcfs_dir", "must be an absolute path");
   if (c.monitoring.sample_interval < std::chrono::seconds(1) || c.monitoring.sample_interval > std::chrono::seconds(300))
     k.error("monitoring.sample_interval", "must be from 1s to 300s");
   if (c.monitoring.raw_retention < std::chrono::hours(1))
@@ -227,6 +233,12 @@ void check_hosts(const Config& c, Checker& k) {
     } else if (!zone_known) {
       k.error(p + ".zone", "zone " + quote_for_message(h.zone) + " is not declared in [[zones]]");
     }
+    if (!h.public_address.empty() &&
+        !std::all_of(h.public_address.begin(), h.public_address.end(), [](char ch) {
+          return is_alnum(ch) || ch == '-' || ch == '.' || ch == ':' || ch == '[' || ch == ']';
+        }))
+      k.error(p + ".public_address",
+              quote_for_message(h.public_address) + " is not a host name or address (users SSH to it)");
     if (!is_valid_engine(h.engine)) {
       k.error(p + ".engine", quote_for_message(h.engine) + " is not unix:///PATH/TO/docker.sock");
     }
@@ -273,6 +285,51 @@ void check_hosts(const Config& c, Checker& k) {
       }
     }
   }
+}
+
+// "HOST:PORT" split at its last colon, the brackets of an IPv6 literal removed.
+std::pair<std::string, std::string> split_listen(std::string_view listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string_view::npos) return {};
+  std::string host(listen.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, std::string(listen.substr(colon + 1))};
+}
+
+bool is_wildcard_address(std::string_view host) { return host == "0.0.0.0" || host == "::" || host.empty(); }
+
+bool is_valid_https_url(std::string_view url) {
+  constexpr std::string_view scheme = "https://";
+  if (!starts_with(url, scheme) || url.size() == scheme.size() || url.size() > 2048) return false;
+  for (char ch : url)
+    if (static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7f || ch == '"' || ch == '\\') return false;
+  return url[scheme.size()] != '/' && url[scheme.size()] != ':';
+}
+
+void check_agents(const Config& c, Checker& k) {
+  const AgentsConfig& a = c.agents;
+  if (!a.listen.empty()) {
+    if (!is_valid_listen(a.listen)) {
+      k.error("agents.listen", quote_for_message(a.listen) + R"( is not HOST:PORT like "0.0.0.0:8443")");
+    } else if (a.listen == c.listen && split_listen(a.listen).second != "0") {
+      k.error("agents.listen", quote_for_message(a.listen) + " is the API's own listen address");
+    }
+  }
+  if (!a.url.empty() && !is_valid_https_url(a.url))
+    k.error("agents.url", quote_for_message(a.url) + R"( is not an https URL like "https://control.example:8443")");
+  for (std::size_t i = 0; i < a.server_names.size(); ++i) {
+    if (!is_valid_certificate_name(a.server_names[i]))
+      k.error(at("agents.server_names", i), quote_for_message(a.server_names[i]) + " is not a DNS name or an IP address");
+  }
+  if (a.certificate_days < 1 || a.certificate_days > 365)
+    k.error("agents.certificate_days", "must be from 1 to 365, not " + std::to_string(a.certificate_days));
+  if (a.join_token_ttl < std::chrono::minutes(1) || a.join_token_ttl > std::chrono::hours(24 * 7))
+    k.error("agents.join_token_ttl", "must be from 1m to 7d");
+  if (a.heartbeat_interval < std::chrono::seconds(1) || a.heartbeat_interval > std::chrono::seconds(300))
+    k.error("agents.heartbeat_interval", "must be from 1s to 300s");
+  if (a.unreachable_after <= a.heartbeat_interval)
+    k.error("agents.unreachable_after", "must be longer than agents.heartbeat_interval");
+  if (a.reconnect_grace > std::chrono::hours(1)) k.error("agents.reconnect_grace", "must be at most 1h");
 }
 
 void check_images(const Config& c, Checker& k) {
@@ -340,6 +397,12 @@ void check_sections(const Config& c, Checker& k) {
 
 }  // namespace
 
+// Host names end up in logs, metrics labels and the host list: hostname characters only.
+bool is_valid_host_name(std::string_view name) {
+  if (name.empty() || name.size() > 63 || !is_alnum(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return is_alnum(c) || c == '-' || c == '.' || c == '_'; });
+}
+
 bool is_valid_name(std::string_view name) {
   if (name.empty() || name.size() > 63 || !(name[0] >= 'a' && name[0] <= 'z')) return false;
   return std::all_of(name.begin(), name.end(), [](char c) { return is_lower_alnum(c) || c == '-'; });
@@ -386,7 +449,58 @@ const Offer* Config::offer_for_nvml_name(std::string_view nvml_name) const {
   return find_offer(nvml_name);
 }
 
+bool is_valid_certificate_name(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  if (name.find(':') != std::string_view::npos || std::all_of(name.begin(), name.end(), [](char ch) {
+        return is_digit(ch) || ch == '.';
+      })) {
+    std::string text(name);
+    unsigned char buf[sizeof(struct in6_addr)];
+    return ::inet_pton(AF_INET, text.c_str(), buf) == 1 || ::inet_pton(AF_INET6, text.c_str(), buf) == 1;
+  }
+  std::size_t label = 0;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char ch = name[i];
+    if (ch == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    if (!(is_alnum(ch) || ch == '-') || ++label > 63) return false;
+    if (ch == '-' && (label == 1 || i + 1 == name.size() || name[i + 1] == '.')) return false;
+  }
+  return label > 0;
+}
+
+std::string machine_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+std::string default_agents_url(std::string_view listen, std::string_view hostname) {
+  auto [host, port] = split_listen(listen);
+  if (port.empty()) return "";
+  if (is_wildcard_address(host)) host = std::string(hostname);
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return "https://" + host + ":" + port;
+}
+
 void apply_defaults(Config& c) {
+  if (!c.agents.listen.empty()) {
+    std::string hostname = machine_hostname();
+    if (c.agents.url.empty()) c.agents.url = default_agents_url(c.agents.listen, hostname);
+    if (c.agents.server_names.empty()) {
+      std::vector<std::string> names{hostname, "localhost", "127.0.0.1"};
+      std::string host = split_listen(c.agents.listen).first;
+      if (!is_wildcard_address(host)) names.push_back(host);
+      for (auto& n : names) {
+        if (is_valid_certificate_name(n) &&
+            std::find(c.agents.server_names.begin(), c.agents.server_names.end(), n) == c.agents.server_names.end())
+          c.agents.server_names.push_back(n);
+      }
+    }
+  }
   if (c.zones.empty()) c.zones.push_back(Zone{"zone-a", "local", ""});
   if (c.zones.size() == 1) {
     for (Host& h : c.hosts)
@@ -402,6 +516,7 @@ Status validate(const Config& c) {
   check_hosts(c, k);
   check_images(c, k);
   check_sections(c, k);
+  check_agents(c, k);
   return k.result();
 }
 

@@ -22,8 +22,12 @@ constexpr std::string_view kKnown[] = {
     "agent.ensure.before_firewall_apply",
     "agent.ensure.after_firewall_apply",
     "rebuild.after_commit",
-    // save-image (agent/image_saver.cpp): the raw commit (secrets and all) exists, no cleaner yet;
-    // the cleaner ran, the clean image not made yet
+    // save-image (agent/image_saver.cpp): the container paused, no layer read yet; the image
+    // loaded, its sizes not reported yet
+    "agent.image_save.while_paused",
+    "agent.image_save.after_load",
+    // its fallback (commit, clean, flatten): the raw commit (secrets and all) exists, no cleaner
+    // yet; the cleaner ran, the clean image not made yet
     "agent.image_save.after_raw_commit",
     "agent.image_save.after_clean",
     // network holders (agent/instance_runtime.cpp)

@@ -509,30 +509,4 @@ Status attach_instance_disks(store::Database& db, const std::string& owner, cons
   return ok();
 }
 
-Status release_instance_disks(store::Database& db, const std::string& instance_id, SysTime now) {
-  auto attached = disks_of_instance(db, instance_id);
-  if (!attached) return fail(attached.error());
-  for (const auto& d : *attached) {
-    Disk next = d;
-    next.instance_id.reset();
-    next.mount_path.reset();
-    Change c;
-    if (d.delete_on_release) {
-      // Into the recycle bin; the retention timer destroys it when the bin's period ends
-      // (at once when recycle_days is 0).
-      next.state = d.state == S::creating || d.state == S::error ? S::deleting : S::deleted;
-      next.deleted_at = now;
-      next.delete_on_release = false;
-      c = Change{"disk.deleted", "disk " + d.name + " deleted with its instance (delete_on_release)",
-                 json::object{{"instance", instance_id}}};
-    } else {
-      if (d.state == S::attached) next.state = S::available;
-      c = Change{"disk.detached", "disk " + d.name + " detached: its instance was released, the disk is kept",
-                 json::object{{"instance", instance_id}}};
-    }
-    if (auto s = update_disk(db, d, next, c, now); !s) return s;
-  }
-  return ok();
-}
-
 }  // namespace gpucloud::disks

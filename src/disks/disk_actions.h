@@ -78,8 +78,4 @@ Status attach_instance_disks(store::Database& db, const std::string& owner, cons
                              const std::string& host_id, const std::string& zone,
                              const std::vector<InstanceDataDisk>& disks, const std::vector<std::string>& new_ids,
                              SysTime now);
-// The instance is released: its disks are detached and kept (`available`), or, when made
-// with delete_on_release, moved to the recycle bin (destroyed when the bin's period ends).
-Status release_instance_disks(store::Database& db, const std::string& instance_id, SysTime now);
-
 }  // namespace gpucloud::disks

@@ -96,4 +96,10 @@ Result<bool> live_snapshot_name_taken(store::Database& db, const std::string& ow
 Status update_snapshot(store::Database& db, const Snapshot& loaded, Snapshot& next, const Change& change, SysTime now);
 boost::json::object snapshot_json(const Snapshot& snapshot);
 
+// A record step of an instance's release, in the transaction of its `released` transition
+// (instances/transition.cpp; not an action: it changes no state a user asked for): its disks
+// are detached and kept (`available`), or, when made with delete_on_release, moved to the
+// recycle bin (destroyed when the bin's period ends).
+Status release_instance_disks(store::Database& db, const std::string& instance_id, SysTime now);
+
 }  // namespace gpucloud::disks

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "billing/ledger.h"
+#include "core/unique_temp_dir.h"
 #include <memory>
 
 #include <boost/asio.hpp>
@@ -19,6 +20,7 @@
 #include "instances/actions.h"
 #include "instances/images.h"
 #include "instances/lifecycle.h"
+#include "policy/instances.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 #include "store/store.h"
@@ -31,9 +33,7 @@ namespace fs = std::filesystem;
 using instances::InstanceState;
 
 std::string temp_db() {
-  static int n = 0;
-  auto dir = fs::temp_directory_path() / ("gpucloud-disks-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-  fs::create_directories(dir);
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-disks");
   return (dir / "test.db").string();
 }
 
@@ -221,7 +221,7 @@ class DisksTest : public ::testing::Test {
     return id;
   }
   std::string create_instance(const std::string& name, std::vector<InstanceDataDisk> data_disks = {}) {
-    instances::CreateRequest r;
+    policy::CreateInstanceRequest r;
     r.name = name;
     r.zone = "zone-a";
     r.image = instances::kBaseImageName;
@@ -233,7 +233,7 @@ class DisksTest : public ::testing::Test {
     for (const auto& d : r.data_disks)
       if (!d.existing) r.new_disk_ids.push_back("d-" + name + "-" + std::to_string(r.new_disk_ids.size()));
     std::string id = "i-" + name;
-    auto created = write([&](store::Database& db) { return instances::create_instance(db, config_, alice(), id, r, clock_->now()); });
+    auto created = write([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
     EXPECT_TRUE(created) << created.error().detail;
     if (!created) return id;
     instances_->kick(id);
@@ -774,7 +774,7 @@ TEST_F(DisksTest, AnEnforcedSystemDiskTakesItsSizeFromThePoolUntilRelease) {
     return (p && *p) ? (**p).int64(0) / market::kGiB : -1;
   };
   auto request = [&](const std::string& name, std::int64_t gib) {
-    instances::CreateRequest r;
+    policy::CreateInstanceRequest r;
     r.name = name;
     r.zone = "zone-a";
     r.image = instances::kBaseImageName;
@@ -783,7 +783,7 @@ TEST_F(DisksTest, AnEnforcedSystemDiskTakesItsSizeFromThePoolUntilRelease) {
     r.cpu = 8;
     r.memory_gib = 32;
     r.system_disk_gib = gib;
-    return write([&](store::Database& db) { return instances::create_instance(db, config_, alice(), "i-" + name, r, clock_->now()); });
+    return write([&](store::Database& db) { return policy::create_instance(db, config_, alice(), "i-" + name, r, clock_->now()); });
   };
   auto first = request("first", 40);
   ASSERT_TRUE(first) << first.error().detail;

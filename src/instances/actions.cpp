@@ -15,7 +15,6 @@
 #include "market/hosts.h"
 #include "market/prices.h"
 #include "market/reservations.h"
-#include "security_groups/security_group_actions.h"
 
 namespace gpucloud::instances {
 
@@ -52,7 +51,7 @@ Result<Instance> find_for(store::Database& db, const Actor& actor, const std::st
   return std::move(**any);
 }
 
-Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
+Result<NewInstance> check_create(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& id, const CreateRequest& spec, SysTime now) {
   if (spec.stop_at && *spec.stop_at <= now)
     return fail(ErrorCode::invalid_argument, "stop_at: must be in the future (it is now " + format_rfc3339(now) + ")");
@@ -93,9 +92,7 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
   i.autostop = spec.autostop;
   i.stop_at = spec.stop_at;
   i.release_after_stopped_days = spec.release_after_stopped_days;
-  auto group = security_groups::use_group(db, actor.user_id, spec.security_group, now);
-  if (!group) return fail(group.error());
-  i.security_group_id = group->id;
+  i.security_group_id = spec.security_group_id;
   for (const auto& k : spec.ssh_keys) {
     auto key = find_ssh_key(db, actor.user_id, k);
     if (!key) return fail(ErrorCode::invalid_argument, "ssh_keys: " + key.error().detail);
@@ -117,30 +114,28 @@ Result<Instance> create_instance(store::Database& db, const config::Config& conf
       return fail(s.error());
     upfront = *price;
   }
-  // Existing data disks pin the instance to their host (a disk attaches only on its own host).
-  auto disk_host = disks::check_instance_disks(db, config, actor, spec.data_disks);
-  if (!disk_host) return fail(disk_host.error());
+  return NewInstance{std::move(i), upfront};
+}
+
+Result<Instance> record_create(store::Database& db, NewInstance made, const CreateRequest& spec,
+                               const std::optional<std::string>& host, SysTime now) {
+  Instance& i = made.instance;
+  if (!i.security_group_id || i.security_group_id->empty())
+    return fail(ErrorCode::internal, "instance " + i.id + " has no security group (policy::create_instance resolves it)");
   scheduler::PlacementRequest request{spec.zone, spec.gpu_model.value_or(""), spec.gpu_count, spec.cpu, spec.memory_gib, {}};
-  auto reservation = market::reserve(db, id, request, *disk_host, now);
+  auto reservation = market::reserve(db, i.id, request, host, now);
   if (!reservation) {
     Error e = reservation.error();
-    if (*disk_host && e.code == ErrorCode::no_capacity) e.detail = "on the host of its data disks: " + e.detail;
+    if (host && e.code == ErrorCode::no_capacity) e.detail = "on the host of its data disks: " + e.detail;
     return tl::unexpected(e);
   }
   i.host_id = reservation->host_id;
   if (auto s = begin_instance(db, i, now); !s) return fail(s.error());
-  if (upfront > 0)
-    if (auto s = billing::pay_subscription(db, i, upfront, "the", now); !s) return fail(s.error());
-  auto host = market::find_host(db, reservation->host_id);
-  if (!host) return fail(host.error());
-  const std::string disk_zone = *host ? (*host)->zone : i.zone;
-  if (auto s = disks::attach_instance_disks(db, actor.user_id, id, reservation->host_id, disk_zone,
-                                            spec.data_disks, spec.new_disk_ids, now);
-      !s)
-    return fail(s.error());
-  auto ports = allocate_ports(db, id, reservation->host_id, spec.ports);
+  if (made.upfront > 0)
+    if (auto s = billing::pay_subscription(db, i, made.upfront, "the", now); !s) return fail(s.error());
+  auto ports = allocate_ports(db, i.id, reservation->host_id, spec.ports);
   if (!ports) return fail(ports.error());
-  return reload(db, id);
+  return reload(db, i.id);
 }
 
 Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
@@ -284,13 +279,9 @@ Result<PatchOutcome> patch_instance(store::Database& db, const Actor& actor, con
     next.schedule_warned &= ~(kReleaseWarned3d | kReleaseWarned1d);  // warned afresh for the new date
     changed = true;
   }
-  if (request.security_group) {
-    auto group = security_groups::use_group(db, i->owner, request.security_group, now);
-    if (!group) return fail(group.error());
-    if (group->id != i->security_group_id) {
-      next.security_group_id = group->id;
-      changed = engine_follows = true;
-    }
+  if (request.security_group_id && *request.security_group_id != i->security_group_id) {
+    next.security_group_id = *request.security_group_id;
+    changed = engine_follows = true;
   }
   if (request.ports && i->host_id) {
     // Kept ports keep their host port; new ones get free ones; dropped ones are freed. The

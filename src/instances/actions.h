@@ -2,7 +2,10 @@
 // What a user (or a timer: autostop, arrears, scheduled stops) can do to an instance. Each
 // action runs inside the caller's write transaction, changes state only through
 // transition(), and leaves the engine work to InstanceService::kick(id) after the commit.
-// Handlers parse, authorize and answer; the rules live here.
+// Handlers parse, authorize and answer; the rules live here. Nothing here calls another
+// resource's actions: a create with its security group and data disks, a PATCH that moves
+// it to another group, and the platform's stops are the policy floor's (policy/instances.h,
+// policy/cost_control.h), which calls these.
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,7 +13,6 @@
 #include "config/config.h"
 #include "core/result.h"
 #include "core/time_format.h"
-#include "disks/disk_actions.h"
 #include "instances/actor.h"
 #include "instances/instance_record.h"
 #include "store/database.h"
@@ -26,14 +28,11 @@ struct CreateRequest {
   std::int64_t memory_gib = 0;
   std::int64_t system_disk_gib = 30;
   std::vector<PortSpec> ports{{22, "tcp"}};
-  std::optional<std::string> security_group;  // id or name; none: the owner's default group
+  std::string security_group_id;  // resolved by the caller (policy::create_instance)
   std::vector<std::string> ssh_keys;  // ids or names
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";
   bool auto_renew = true;
-  // New disks made with the instance, or available ones attached to it (spec: data_disks).
-  std::vector<disks::InstanceDataDisk> data_disks;
-  std::vector<std::string> new_disk_ids;  // one per new disk, in order (made by the caller)
   std::optional<std::int64_t> spend_limit;  // compute charges at which it stops
   std::optional<Instance::Autostop> autostop;
   std::optional<SysTime> stop_at;
@@ -44,7 +43,7 @@ struct PatchRequest {
   std::optional<std::string> name;
   std::optional<std::vector<PortSpec>> ports;
   std::optional<bool> auto_renew;
-  std::optional<std::string> security_group;  // id or name
+  std::optional<std::string> security_group_id;  // a group the caller resolved (policy::patch_instance)
   std::optional<std::optional<std::int64_t>> spend_limit;  // set, or (inner nullopt) cleared
   // Cost control, each set or (inner nullopt) cleared; a cleared release period is the
   // platform's default again.
@@ -56,9 +55,20 @@ struct PatchRequest {
 // The actor's instance by id or name; another user's is not_found (the operator sees all).
 Result<Instance> find_for(store::Database& db, const Actor& actor, const std::string& id_or_name);
 
-// Quotas, unique name, image, keys, prices, placement, host ports: all or nothing.
-Result<Instance> create_instance(store::Database& db, const config::Config& config, const Actor& actor,
+// A create in two steps, so the floor above (policy::create_instance) can fit the instance's
+// security group and data disks in between, all in one transaction:
+// check_create: quotas, unique name, image, keys, price, affordability; the instance as it
+// would be recorded (`upfront`: a subscription's payment). Nothing is written.
+struct NewInstance {
+  Instance instance;
+  std::int64_t upfront = 0;
+};
+Result<NewInstance> check_create(store::Database& db, const config::Config& config, const Actor& actor,
                                  const std::string& id, const CreateRequest& request, SysTime now);
+// record_create: placement (on `host` when given: the host of its existing data disks, a
+// refusal said so), the `creating` row, the subscription's payment, host ports.
+Result<Instance> record_create(store::Database& db, NewInstance made, const CreateRequest& request,
+                               const std::optional<std::string>& host, SysTime now);
 // `reason` is recorded as the state_reason ("arrears", "autostop", "spend_limit"; "" for a user's stop).
 Result<Instance> stop_instance(store::Database& db, const Actor& actor, const std::string& id_or_name, SysTime now,
                                const std::string& reason = "");

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "billing/ledger.h"
+#include "core/unique_temp_dir.h"
 
 #include <filesystem>
 
@@ -105,9 +106,7 @@ TEST(ImageSave, TheCleaningScriptRemovesHostKeysKeysAndThePassword) {
 class CustomImageStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-images-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-images");
     auto s = store::Store::open((dir_ / "test.db").string(), 1);
     ASSERT_TRUE(s);
     store_ = std::move(*s);

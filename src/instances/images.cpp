@@ -81,11 +81,13 @@ Result<std::vector<Image>> many(store::Database& db, std::string_view where, std
 
 Status seed_public_images(store::Database& db, const config::Config& config, SysTime now) {
   config::Image base{kBaseImageName, kBaseEngineImage,
-                     "Debian 12 (bookworm) with OpenSSH, Python 3.11, tmux, procps, iproute2; built without a registry",
-                     "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}}, true};
+                     "Debian 12 (bookworm) with OpenSSH, Python 3.11, Jupyter Notebook 6.4 (opened from the console, "
+                     "no port needed), tmux, procps, iproute2; built without a registry",
+                     "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}, {"notebook", "6.4"}}, true, true};
   if (auto s = upsert_public(db, base, true, now); !s) return s;
-  config::Image jupyter{kJupyterImageName, kJupyterEngineImage,
-                        "Debian 12 (bookworm) base with Jupyter Notebook 6.4 (opened from the console, no port needed)",
+  config::Image jupyter{kJupyterImageName, kBaseEngineImage,
+                        "The same image as debian-12-base (which has Jupyter Notebook 6.4); this name is kept for "
+                        "scripts and instances made with it",
                         "Debian 12", "3.11", "", {{"openssh", "9.2"}, {"python", "3.11"}, {"notebook", "6.4"}}, true, true};
   if (auto s = upsert_public(db, jupyter, true, now); !s) return s;
   for (const auto& img : config.images)

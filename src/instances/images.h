@@ -15,10 +15,13 @@
 namespace gpucloud::instances {
 
 inline constexpr const char* kBaseImageName = "debian-12-base";
-inline constexpr const char* kBaseEngineImage = "gpucloud/base:bookworm-1";
-// The base image with Debian's Jupyter Notebook (GPUCLOUD_BASE_JUPYTER=1 scripts/build-base-image.sh).
+// Built by scripts/build-base-image.sh (bump both tags together when its contents change).
+// Since bookworm-2 it has Debian's Jupyter Notebook (until then a second image,
+// bookworm-jupyter-1, had).
+inline constexpr const char* kBaseEngineImage = "gpucloud/base:bookworm-2";
+// The market's former Jupyter image: now the same engine image as the base, listed under its
+// own name so that scripts and instances made with it keep working.
 inline constexpr const char* kJupyterImageName = "debian-12-jupyter";
-inline constexpr const char* kJupyterEngineImage = "gpucloud/base:bookworm-jupyter-1";
 
 struct Image {
   std::string id, name, engine_image, description, os, python, cuda;

@@ -46,7 +46,7 @@ constexpr const char* kInstanceColumns =
     "i.started_at, i.stopped_at, i.released_at, im.name, i.generation, i.system_disk_used_bytes, i.security_group, sg.rules, "
     "i.spend_limit, i.spend_warned, i.expires_at, i.renewal_tried_for, i.autostop_idle_minutes, "
     "i.autostop_below_percent, i.idle_since, i.busy_reason, i.stop_at, i.release_after_stopped_days, i.schedule_warned, "
-    "i.schedule_at, i.term_anchor, COALESCE(im.jupyter, 0) "
+    "i.schedule_at, i.term_anchor, COALESCE(im.jupyter, 0), COALESCE(h.state, ''), COALESCE(h.public_address, '') "
     "FROM instances i LEFT JOIN hosts h ON h.id = i.host_id LEFT JOIN images im ON im.id = i.image_id "
     "LEFT JOIN security_groups sg ON sg.id = i.security_group ";
 
@@ -105,6 +105,8 @@ Result<Instance> instance_from(const store::Row& r) {
   i.schedule_at = time_of(r.opt_int64(46));
   i.term_anchor = time_of(r.opt_int64(47));
   i.jupyter = r.int64(48) != 0;
+  i.host_unreachable = i.state != InstanceState::released && r.text(49) == "unreachable";
+  i.host_public_address = r.text(50);
   return i;
 }
 
@@ -500,6 +502,9 @@ Status record_gpu_changes(store::Database& db, const std::string& host_id, const
 }
 
 json::object instance_json(const Instance& i, const ViewContext& view, std::int64_t run_seconds_now) {
+  // Users reach a host's published ports at its own address when it has one (a remote GPU
+  // host), else at the control plane's public_host.
+  const std::string& public_host = i.host_public_address.empty() ? view.public_host : i.host_public_address;
   auto opt = [](const std::optional<std::string>& v) { return v ? json::value(*v) : json::value(nullptr); };
   auto opt_time = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
   json::array gpus;
@@ -517,15 +522,15 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
     const bool allowed = !port_sources_v4(i, p).empty();
     ports.push_back(json::object{{"port", p.container_port},
                                  {"protocol", p.protocol},
-                                 {"host", view.public_host},
+                                 {"host", public_host},
                                  {"host_port", p.host_port},
                                  {"allowed", allowed},
                                  {"sources", std::move(sources)}});
     if (p.container_port == 22 && p.protocol == "tcp")
-      ssh = json::object{{"host", view.public_host},
+      ssh = json::object{{"host", public_host},
                          {"port", p.host_port},
                          {"user", "root"},
-                         {"command", "ssh -p " + std::to_string(p.host_port) + " root@" + view.public_host},
+                         {"command", "ssh -p " + std::to_string(p.host_port) + " root@" + public_host},
                          {"host_key", opt(i.host_key)}};
   }
   json::array keys;
@@ -538,6 +543,7 @@ json::object instance_json(const Instance& i, const ViewContext& view, std::int6
   o["state_reason"] = i.state_reason.empty() ? json::value(nullptr) : json::value(i.state_reason);
   o["zone"] = i.zone;
   o["host"] = opt(i.host_name);
+  o["host_unreachable"] = i.host_unreachable;
   o["gpu_model"] = opt(i.gpu_model);
   o["gpu_count"] = i.gpu_count;
   o["gpus"] = std::move(gpus);

@@ -49,6 +49,10 @@ struct Instance {
   std::string image_id;
   std::string image_name;  // read only (joined from images)
   bool jupyter = false;    // read only: its image has Jupyter Notebook (images.jupyter)
+  // Read only: its host has stopped answering (heartbeats ceased). The instance keeps its
+  // state; nothing is stopped or moved (issue 26).
+  bool host_unreachable = false;
+  std::string host_public_address;  // read only: its host's public_address ("" = public_host)
   std::vector<std::string> ssh_keys;  // key ids
   std::optional<std::string> password_hash;
   std::string billing_mode = "hourly";

@@ -7,6 +7,7 @@
 #include "billing/ledger.h"
 #include "billing/meters.h"
 #include "billing/resource_meters.h"
+#include "core/unique_temp_dir.h"
 #include <filesystem>
 #include <memory>
 
@@ -20,6 +21,7 @@
 #include "instances/images.h"
 #include "instances/lifecycle.h"
 #include "instances/transition.h"
+#include "policy/instances.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 #include "market/reservations.h"
@@ -34,9 +36,7 @@ namespace fs = std::filesystem;
 using S = InstanceState;
 
 std::string temp_db() {
-  static int n = 0;
-  auto dir = fs::temp_directory_path() / ("gpucloud-lifecycle-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-  fs::create_directories(dir);
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-lifecycle");
   return (dir / "test.db").string();
 }
 
@@ -231,7 +231,7 @@ class LifecycleTest : public ::testing::Test {
 
   // Creates a 1-GPU instance and, unless `hold`, waits for it to run.
   std::string create(const std::string& name = "box") {
-    CreateRequest r;
+    policy::CreateInstanceRequest r;
     r.name = name;
     r.zone = "zone-a";
     r.image = kBaseImageName;
@@ -240,7 +240,7 @@ class LifecycleTest : public ::testing::Test {
     r.cpu = 8;
     r.memory_gib = 32;
     std::string id = "i-" + name;
-    auto created = store_->write_now([&](store::Database& db) { return create_instance(db, config_, alice(), id, r, clock_->now()); });
+    auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
     EXPECT_TRUE(created) << created.error().detail;
     service_->kick(id);
     return id;
@@ -673,7 +673,7 @@ TEST_F(LifecycleTest, AReplacedGpuKeepsTheInstanceFlaggedUntilItsNextStart) {
 TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
   config_.offers[0].price_per_gpu_week = 26600;
   ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
-  CreateRequest r;
+  policy::CreateInstanceRequest r;
   r.name = "sub";
   r.zone = "zone-a";
   r.image = kBaseImageName;
@@ -683,7 +683,7 @@ TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
   r.memory_gib = 32;
   r.billing_mode = "weekly";
   const std::string id = "i-sub";
-  auto created = store_->write_now([&](store::Database& db) { return create_instance(db, config_, alice(), id, r, clock_->now()); });
+  auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
   ASSERT_TRUE(created) << created.error().detail;
   service_->kick(id);
   ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
@@ -730,7 +730,7 @@ TEST_F(LifecycleTest, OddGpuReportsNeverStopTheRegistry) {
   }
   EXPECT_EQ(load(id).state, S::running);
   // Nothing free to place on: a second instance is refused, not failed.
-  CreateRequest r;
+  policy::CreateInstanceRequest r;
   r.name = "two";
   r.zone = "zone-a";
   r.image = kBaseImageName;
@@ -738,7 +738,7 @@ TEST_F(LifecycleTest, OddGpuReportsNeverStopTheRegistry) {
   r.gpu_count = 1;
   r.cpu = 8;
   r.memory_gib = 32;
-  auto second = store_->write_now([&](store::Database& db) { return create_instance(db, config_, alice(), "i-two", r, clock_->now()); });
+  auto second = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), "i-two", r, clock_->now()); });
   ASSERT_FALSE(second);
   EXPECT_EQ(second.error().code, ErrorCode::no_capacity) << second.error().detail;
   // A plain report again: both usable, the holder told so once.

@@ -6,7 +6,7 @@
 #include "billing/meters.h"
 #include "billing/resource_meters.h"
 #include "billing/subscriptions.h"
-#include "disks/disk_actions.h"
+#include "disks/disk_record.h"
 #include "instances/system_disk.h"
 #include "market/prices.h"
 #include "market/reservations.h"
@@ -126,7 +126,8 @@ Status transition(store::Database& db, const Instance& loaded, Instance& next, c
   if (to == InstanceState::released) {
     if (auto s = free_ports(db, loaded.id); !s) return s;
     if (auto s = free_system_disk(db, loaded.id); !s) return s;
-    // Data disks outlive the instance: detached and kept, or binned when delete_on_release.
+    // Data disks outlive the instance: detached and kept, or binned when delete_on_release
+    // (a record step of disks/, in this transaction; no disk action is called from here).
     if (auto s = disks::release_instance_disks(db, loaded.id, now); !s) return s;
     // Its monitoring series go with it.
     if (auto s = monitoring::delete_instance_series(db, loaded.id); !s) return s;

@@ -1,6 +1,7 @@
 // A host's disk pool (issue 23): the accounting (a take past the capacity is refused and
 // changes nothing; two writers on one store never overbook it) and the operator's warnings
 // (80 % and 95 % of real use, once per crossing).
+#include "core/unique_temp_dir.h"
 #include "market/disk_pool.h"
 
 #include <atomic>
@@ -16,17 +17,15 @@ namespace gpucloud::market {
 namespace {
 namespace fs = std::filesystem;
 
-std::string temp_db() {
-  static int n = 0;
-  auto dir = fs::temp_directory_path() / ("gpucloud-pool-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-  fs::create_directories(dir);
+std::string pool_temp_db() {
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-pool");
   return (dir / "test.db").string();
 }
 
 class DiskPoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = temp_db();
+    path_ = pool_temp_db();
     auto s = store::Store::open(path_, 1);
     ASSERT_TRUE(s);
     store_ = std::move(*s);

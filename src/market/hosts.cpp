@@ -104,7 +104,11 @@ Result<HostRegistration> register_host(store::Database& db, const agent::HostInv
   if (*existing) {
     // Capacity may shrink below what is reserved; the CHECK would refuse that, so clamp
     // capacity at the reserved amount and let the operator see the difference.
-    if (auto s = db.run("UPDATE hosts SET zone = ?, state = 'ready', simulated = ?, inventory_source = ?, "
+    // A drained host stays drained (a restart registers every host again); a removed one
+    // whose name registers again is active again.
+    if (auto s = db.run("UPDATE hosts SET zone = ?, state = 'ready', "
+                        "admin_state = CASE WHEN admin_state = 'removed' THEN 'active' ELSE admin_state END, "
+                        "simulated = ?, inventory_source = ?, "
                         "inventory_error = ?, engine = ?, cpu = MAX(?, cpu_used), memory_gib = MAX(?, memory_gib_used), "
                         "port_min = ?, port_max = ?, last_seen = ? WHERE id = ?",
                         {inv.zone, inv.simulated, inv.inventory_source, inv.inventory_error, inv.engine, inv.cpu,
@@ -133,6 +137,17 @@ Result<HostRegistration> register_host(store::Database& db, const agent::HostInv
                         "health = excluded.health, simulated = excluded.simulated, present = 1",
                         {r.uuid, id, g.index, offer_model_for(config, g), g.model, g.memory_bytes, g.pci_bus_id, r.health,
                          g.simulated});
+        !s)
+      return fail(s.error());
+  }
+  if (auto s = db.run("UPDATE hosts SET public_address = ? WHERE id = ?", {inv.public_address, id}); !s)
+    return fail(s.error());
+  if (!inv.gpu_injection.empty() || inv.lxcfs_available) {
+    std::optional<std::int64_t> lxcfs;
+    if (inv.lxcfs_available) lxcfs = *inv.lxcfs_available ? 1 : 0;
+    if (auto s = db.run("UPDATE hosts SET gpu_injection = ?, gpu_injection_reason = ?, driver_version = ?, "
+                        "lxcfs_available = ?, lxcfs_reason = ? WHERE id = ?",
+                        {inv.gpu_injection, inv.gpu_injection_reason, inv.driver_version, lxcfs, inv.lxcfs_reason, id});
         !s)
       return fail(s.error());
   }
@@ -213,14 +228,24 @@ constexpr const char* kHostColumns =
     "id, name, zone, state, simulated, inventory_source, inventory_error, engine, cpu, cpu_used, memory_gib, "
     "memory_gib_used, port_min, port_max, last_seen, system_disk_enforced, system_disk_reason, "
     "disk_pool_capacity_bytes, disk_pool_provisioned_bytes, disk_pool_size_bytes, disk_pool_used_bytes, "
-    "disk_pool_reserve_bytes, disk_pool_warned_percent";
+    "disk_pool_reserve_bytes, disk_pool_warned_percent, gpu_injection, gpu_injection_reason, driver_version, "
+    "lxcfs_available, lxcfs_reason, admin_state, agent_kind, agent_version, agent_address, connected_at, "
+    "last_heartbeat_at, "
+    // The certificate the host's agent now holds: its newest one not revoked.
+    "(SELECT c.not_after FROM host_certificates c WHERE c.host_name = hosts.name AND c.revoked_at IS NULL "
+    "ORDER BY c.issued_at DESC LIMIT 1)";
+
+std::optional<SysTime> time_at(const std::optional<std::int64_t>& micros) {
+  if (!micros) return std::nullopt;
+  return from_unix_micros(*micros);
+}
 
 HostRecord host_from(const store::Row& r) {
   HostRecord h;
   h.id = r.text(0);
   h.name = r.text(1);
   h.zone = r.text(2);
-  h.state = r.text(3);
+  h.liveness = r.text(3);
   h.simulated = r.int64(4) != 0;
   h.inventory_source = r.text(5);
   h.inventory_error = r.text(6);
@@ -240,6 +265,20 @@ HostRecord host_from(const store::Row& r) {
   h.disk_pool.used_bytes = r.opt_int64(20);
   h.disk_pool.reserve_bytes = r.opt_int64(21);
   h.disk_pool.warned_percent = static_cast<int>(r.int64(22));
+  h.gpu_injection = r.text(23);
+  h.gpu_injection_reason = r.text(24);
+  h.driver_version = r.text(25);
+  if (auto lx = r.opt_int64(26)) h.lxcfs_available = *lx != 0;
+  h.lxcfs_reason = r.text(27);
+  h.admin_state = r.text(28);
+  if (h.admin_state == kHostRemoved || h.admin_state == kHostDraining) h.state = h.admin_state;
+  else h.state = h.liveness;
+  h.agent.kind = r.opt_text(29);
+  h.agent.version = r.opt_text(30);
+  h.agent.address = r.opt_text(31);
+  h.agent.connected_at = time_at(r.opt_int64(32));
+  h.agent.last_heartbeat_at = time_at(r.opt_int64(33));
+  h.agent.certificate_expires_at = time_at(r.opt_int64(34));
   return h;
 }
 
@@ -266,8 +305,9 @@ Status attach_gpus(store::Database& db, std::vector<HostRecord>& hosts) {
 }
 }  // namespace
 
-Result<std::vector<HostRecord>> list_hosts(store::Database& db) {
-  auto rows = db.all(std::string("SELECT ") + kHostColumns + " FROM hosts ORDER BY name");
+Result<std::vector<HostRecord>> list_hosts(store::Database& db, bool include_removed) {
+  auto rows = db.all(std::string("SELECT ") + kHostColumns + " FROM hosts" +
+                     (include_removed ? "" : " WHERE admin_state != 'removed'") + " ORDER BY name");
   if (!rows) return fail(rows.error());
   std::vector<HostRecord> hosts;
   for (const auto& r : *rows) hosts.push_back(host_from(r));
@@ -284,12 +324,13 @@ Result<std::optional<HostRecord>> find_host(store::Database& db, const std::stri
   return std::optional<HostRecord>{std::move(one.front())};
 }
 
-scheduler::HostCapacity to_capacity(const HostRecord& h) {
+scheduler::HostCapacity to_capacity(const HostRecord& h, bool own_host) {
   scheduler::HostCapacity c;
   c.id = h.id;
   c.name = h.name;
   c.zone = h.zone;
-  c.ready = h.state == "ready";
+  c.ready = h.liveness == "ready" &&
+            (h.admin_state == kHostActive || (own_host && h.admin_state == kHostDraining));
   c.cpu_total = h.cpu;
   c.cpu_used = h.cpu_used;
   c.memory_gib_total = h.memory_gib;
@@ -340,6 +381,8 @@ json::object host_json(const HostRecord& h) {
   o["name"] = h.name;
   o["zone"] = h.zone;
   o["state"] = h.state;
+  o["liveness"] = h.liveness;
+  o["admin_state"] = h.admin_state;
   o["simulated"] = h.simulated;
   o["inventory_source"] = h.inventory_source;
   o["inventory_error"] = h.inventory_error.empty() ? json::value(nullptr) : json::value(h.inventory_error);
@@ -356,11 +399,29 @@ json::object host_json(const HostRecord& h) {
                                 : json::value(h.system_disk_enforced ? h.system_disk_reason
                                                                      : std::string("not reported by the host yet"));
   o["disk_pool"] = disk_pool_json(h.disk_pool);
+  // null until the host's agent reports it (an agent from before issue 25).
+  o["gpu_injection"] = h.gpu_injection.empty()
+                           ? json::value(nullptr)
+                           : json::value(json::object{{"mode", h.gpu_injection},
+                                                      {"reason", h.gpu_injection_reason},
+                                                      {"driver_version", h.driver_version.empty()
+                                                                             ? json::value(nullptr)
+                                                                             : json::value(h.driver_version)}});
+  o["lxcfs"] = h.lxcfs_available ? json::value(json::object{{"available", *h.lxcfs_available}, {"reason", h.lxcfs_reason}})
+                                 : json::value(nullptr);
+  auto opt_text = [](const std::optional<std::string>& v) { return v ? json::value(*v) : json::value(nullptr); };
+  auto opt_time = [](const std::optional<SysTime>& t) { return t ? json::value(format_rfc3339(*t)) : json::value(nullptr); };
+  o["agent"] = json::object{{"kind", opt_text(h.agent.kind)},
+                            {"version", opt_text(h.agent.version)},
+                            {"address", opt_text(h.agent.address)},
+                            {"connected_since", opt_time(h.agent.connected_at)},
+                            {"last_heartbeat_at", opt_time(h.agent.last_heartbeat_at)},
+                            {"certificate_expires_at", opt_time(h.agent.certificate_expires_at)}};
   return o;
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> reachable_hosts(store::Database& db) {
-  auto rows = db.all("SELECT id, name FROM hosts WHERE state != 'unreachable'");
+  auto rows = db.all("SELECT id, name FROM hosts WHERE state != 'unreachable' AND admin_state != 'removed'");
   if (!rows) return fail(rows.error());
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& r : *rows) out.emplace_back(r.text(0), r.text(1));

@@ -34,11 +34,32 @@ struct GpuRecord {
   std::optional<SysTime> lost_at;          // since when it has not been usable (missing or unhealthy)
 };
 
+// Who serves a host, as the control plane last saw it (GET /admin/hosts' `agent`); nullopt
+// where not known (a host recorded before migration 24 and not registered since).
+struct HostAgentInfo {
+  std::optional<std::string> kind;     // "in_process" | "remote"
+  std::optional<std::string> version;  // the agent's build version
+  std::optional<std::string> address;  // a remote agent's peer address; null in-process
+  std::optional<SysTime> connected_at;       // since when it is connected (null: disconnected)
+  std::optional<SysTime> last_heartbeat_at;  // wall time of the last heartbeat recorded
+  std::optional<SysTime> certificate_expires_at;  // its newest unrevoked certificate's not_after
+};
+
+// A host's state has two sources kept apart: liveness from heartbeats (the hosts.state
+// column: ready | unreachable) and the operator's word (admin_state: active | draining |
+// removed). What the API shows as `state` is the stronger: removed > draining > unreachable >
+// ready. Only a `ready` host takes new placements and has free GPUs in the market.
+inline constexpr const char* kHostActive = "active";
+inline constexpr const char* kHostDraining = "draining";
+inline constexpr const char* kHostRemoved = "removed";
+
 struct HostRecord {
   std::string id;
   std::string name;
   std::string zone;
-  std::string state;  // ready | unreachable | draining
+  std::string state;     // removed | draining | unreachable | ready (see above)
+  std::string liveness = "ready";  // ready | unreachable
+  std::string admin_state = kHostActive;  // active | draining | removed
   bool simulated = false;
   std::string inventory_source;
   std::string inventory_error;
@@ -52,6 +73,11 @@ struct HostRecord {
   std::optional<bool> system_disk_enforced;
   std::string system_disk_reason;
   DiskPoolState disk_pool;  // the disk pool as last reported and what is provisioned in it
+  // As the agent reported at registration ("" / nullopt: not reported).
+  std::string gpu_injection, gpu_injection_reason, driver_version;
+  std::optional<bool> lxcfs_available;
+  std::string lxcfs_reason;
+  HostAgentInfo agent;
 };
 
 // A GPU that stopped being usable (missing, or reported unhealthy) or became usable again
@@ -80,6 +106,8 @@ struct HostRegistration {
 // that vanished stay recorded as not present, health "missing", so reservations on them
 // still name the physical GPU; a GPU without a UUID is recorded unhealthy, and so is one
 // whose UUID or index the report gives twice). Returns the GPUs lost or recovered by it.
+// The host's liveness becomes ready; a drained host stays draining, and a removed one
+// (its name joining again) becomes active.
 Result<HostRegistration> register_host(store::Database& db, const agent::HostInventory& inventory,
                                        const config::Config& config, SysTime now);
 // register_host without the changes (tests, tools).
@@ -98,16 +126,19 @@ Result<std::vector<GpuChange>> record_gpu_health(store::Database& db, const std:
                                                  SysTime now);
 Status set_host_state(store::Database& db, const std::string& host_name, const std::string& state,
                       std::optional<SysTime> last_seen);
-Result<std::vector<HostRecord>> list_hosts(store::Database& db);
+// Hosts by name; a removed host only when `include_removed`.
+Result<std::vector<HostRecord>> list_hosts(store::Database& db, bool include_removed = false);
 // A host as GET /admin/hosts shows it: which instance holds or has reserved each GPU.
 boost::json::object host_json(const HostRecord& host);
 Result<std::optional<HostRecord>> find_host(store::Database& db, const std::string& id_or_name);
 
 // What the scheduler needs: per host, capacity and free GPUs (healthy, present, unreserved).
-scheduler::HostCapacity to_capacity(const HostRecord& host);
+// `ready` only for a ready, active host; `own_host`: the capacity a start of an instance that
+// already lives there sees (not a new placement), so a draining host is ready for it too.
+scheduler::HostCapacity to_capacity(const HostRecord& host, bool own_host = false);
 Result<std::vector<scheduler::HostCapacity>> load_capacities(store::Database& db);
 
-// (id, name) of every host not marked unreachable.
+// (id, name) of every host not marked unreachable and not removed.
 Result<std::vector<std::pair<std::string, std::string>>> reachable_hosts(store::Database& db);
 Result<std::optional<std::string>> host_id_by_name(store::Database& db, const std::string& name);
 

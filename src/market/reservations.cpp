@@ -45,11 +45,20 @@ Result<std::string> missing_gpus_note(store::Database& db, const std::vector<std
 
 Result<Reservation> reserve(store::Database& db, const std::string& holder, const scheduler::PlacementRequest& request_in,
                             const std::optional<std::string>& only_host, SysTime now) {
-  auto capacities = load_capacities(db);
-  if (!capacities) return fail(capacities.error());
+  Result<std::vector<scheduler::HostCapacity>> capacities = std::vector<scheduler::HostCapacity>{};
   if (only_host) {
-    std::erase_if(*capacities, [&](const scheduler::HostCapacity& c) { return c.id != *only_host; });
-    if (capacities->empty()) return fail(ErrorCode::no_capacity, "the instance's host is no longer registered");
+    auto host = find_host(db, *only_host);
+    if (!host) return fail(host.error());
+    if (!*host || (*host)->admin_state == kHostRemoved)
+      return fail(ErrorCode::no_capacity, "the instance's host is no longer registered");
+    // A holder that had a reservation there before lives there (a start): no new placement,
+    // so a draining host takes it back. A new instance pinned there (by its data disks) is one.
+    auto lived = db.one("SELECT 1 FROM reservations WHERE holder = ? AND host_id = ? LIMIT 1", {holder, *only_host});
+    if (!lived) return fail(lived.error());
+    capacities->push_back(to_capacity(**host, /*own_host=*/lived->has_value()));
+  } else {
+    capacities = load_capacities(db);
+    if (!capacities) return fail(capacities.error());
   }
   scheduler::PlacementRequest request = request_in;
   auto previous = previous_gpus(db, holder);

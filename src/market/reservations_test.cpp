@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "auth/accounts.h"
+#include "core/unique_temp_dir.h"
 #include "events/events.h"
 #include "market/hosts.h"
 #include "market/reservations.h"
@@ -19,9 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_db() {
-  static int n = 0;
-  auto dir = fs::temp_directory_path() / ("gpucloud-rsv-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-  fs::create_directories(dir);
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-rsv");
   return (dir / "test.db").string();
 }
 

@@ -3,7 +3,7 @@
 #include <boost/json.hpp>
 
 #include "events/events.h"
-#include "instances/actions.h"
+#include "instances/instance_record.h"
 #include "instances/schedules.h"
 #include "monitoring/idle_judge.h"
 #include "store/meta.h"
@@ -15,8 +15,6 @@ using instances::Instance;
 using instances::InstanceState;
 
 namespace {
-const instances::Actor kPlatform{"", true};
-
 int platform_release_days(store::Database& db) {
   auto v = store::get_meta(db, instances::kReleaseDaysMetaKey);
   if (!v || !*v) return 15;
@@ -41,7 +39,9 @@ Result<DueStep> write_fields(store::Database& db, const Instance& next) {
 }  // namespace
 
 Result<DueStep> run_due_step(store::Database& db, const std::string& instance_id, SysTime now,
-                             const std::optional<agent::InstanceSample>& fresh_reading) {
+                             const std::optional<agent::InstanceSample>& fresh_reading,
+                             const CostControlActions& actions) {
+  if (!actions.stop || !actions.release) return fail(ErrorCode::internal, "cost control has no stop and release actions");
   auto loaded = instances::load_instance(db, instance_id);
   if (!loaded) return fail(loaded.error());
   if (!*loaded) return DueStep{};
@@ -54,8 +54,7 @@ Result<DueStep> run_due_step(store::Database& db, const std::string& instance_id
     next.stop_at.reset();
     if (auto w = write_fields(db, next); !w) return w;
     if (i.state != InstanceState::running) return DueStep{true, false};
-    auto stopped = instances::stop_instance(db, kPlatform, i.id, now, "stop_at");
-    if (!stopped) return fail(stopped.error());
+    if (auto s = actions.stop(db, i.id, now, "stop_at"); !s) return fail(s.error());
     if (auto s = record(db, now, i, "instance.scheduled_stop", "instance " + i.name + " stopped at its stop_at time",
                         {{"stop_at", format_rfc3339(*i.stop_at)}});
         !s)
@@ -73,8 +72,7 @@ Result<DueStep> run_due_step(store::Database& db, const std::string& instance_id
         next.busy_reason = "no fresh reading at " + format_rfc3339(now) + ": the idle window starts again";
         return write_fields(db, next);
       }
-      auto stopped = instances::stop_instance(db, kPlatform, i.id, now, "autostop");
-      if (!stopped) return fail(stopped.error());
+      if (auto s = actions.stop(db, i.id, now, "autostop"); !s) return fail(s.error());
       if (auto s = record(db, now, i, "instance.autostop",
                           "instance " + i.name + " was idle for " + std::to_string(i.autostop->idle_minutes) +
                               " minutes and is stopping",
@@ -102,8 +100,7 @@ Result<DueStep> run_due_step(store::Database& db, const std::string& instance_id
   const int default_days = platform_release_days(db);
   if (auto r = instances::release_at(i, default_days)) {
     if (now >= *r) {
-      auto released = instances::release_instance(db, kPlatform, i.id, now, "release_after_stopped");
-      if (!released) return fail(released.error());
+      if (auto s = actions.release(db, i.id, now, "release_after_stopped"); !s) return fail(s.error());
       return DueStep{true, true};
     }
     const auto warn3 = *r - std::chrono::hours(72), warn1 = *r - std::chrono::hours(24);

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include "auth/accounts.h"
+#include "core/unique_temp_dir.h"
 #include "instances/instance_record.h"
 #include "monitoring/cost_control.h"
 #include "monitoring/ingest.h"
+#include "policy/cost_control.h"
 #include "store/store.h"
 
 namespace gpucloud::monitoring {
@@ -22,9 +24,7 @@ using std::chrono::seconds;
 class CostControlStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-costcontrol-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-costcontrol");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     ASSERT_TRUE(s) << s.error().detail;
     store_ = std::move(*s);
@@ -82,7 +82,7 @@ class CostControlStoreTest : public ::testing::Test {
       fresh->instance_id = "i-cc";
       fresh->cpu_percent = *fresh_cpu;
     }
-    auto step = store_->write_now([&](store::Database& db) { return run_due_step(db, "i-cc", now, fresh); });
+    auto step = store_->write_now([&](store::Database& db) { return run_due_step(db, "i-cc", now, fresh, policy::cost_control_actions()); });
     EXPECT_TRUE(step) << step.error().detail;
     return step ? *step : DueStep{};
   }

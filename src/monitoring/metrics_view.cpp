@@ -66,7 +66,9 @@ json::object instance_metrics_json(const instances::Instance& instance, const st
       lg.push_back(json::object{{"gpu", static_cast<std::int64_t>(n)},
                                 {"util_percent", g.util_percent},
                                 {"memory_used_bytes", g.memory_used_bytes},
-                                {"memory_total_bytes", g.memory_total_bytes}});
+                                {"memory_total_bytes", g.memory_total_bytes},
+                                {"process_memory_bytes", g.process_memory_bytes ? json::value(*g.process_memory_bytes)
+                                                                                : json::value(nullptr)}});
     }
     const auto& smp = latest->sample;
     latest_json = json::object{

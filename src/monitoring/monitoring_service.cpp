@@ -134,10 +134,11 @@ asio::awaitable<void> MonitoringService::run_due() {
       // The readings are copied here, on the loop, for the writer thread.
       std::map<std::string, std::optional<agent::InstanceSample>> readings;
       for (const auto& id : ids) readings[id] = fresh_reading(id);
-      auto outcome = co_await store_.write([&ids, &readings, now](store::Database& db) -> Result<std::vector<std::string>> {
+      // The actions are copied for the writer thread: the service may go while it writes.
+      auto outcome = co_await store_.write([act = hooks_.act, &ids, &readings, now](store::Database& db) -> Result<std::vector<std::string>> {
         std::vector<std::string> kicks;
         for (const auto& id : ids) {
-          auto step = run_due_step(db, id, now, readings[id]);
+          auto step = run_due_step(db, id, now, readings[id], act);
           if (!step) return fail(step.error());
           if (step->engine_follows) kicks.push_back(id);
         }
@@ -149,7 +150,8 @@ asio::awaitable<void> MonitoringService::run_due() {
         // One instance's failure must not hold back the others: take them one at a time.
         spdlog::warn("monitoring: a cost-control pass failed ({}); retrying one by one", outcome.error().detail);
         for (const auto& id : ids) {
-          auto one = co_await store_.write([&id, &readings, now](store::Database& db) { return run_due_step(db, id, now, readings[id]); });
+          auto one = co_await store_.write(
+              [act = hooks_.act, &id, &readings, now](store::Database& db) { return run_due_step(db, id, now, readings[id], act); });
           if (!*alive_) co_return;
           if (!one) {
             spdlog::warn("monitoring: cost control of {} failed: {}", id, one.error().detail);

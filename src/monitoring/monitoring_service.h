@@ -20,6 +20,7 @@
 #include "agent/agent_protocol.h"
 #include "config/config.h"
 #include "core/platform_clock.h"
+#include "monitoring/cost_control.h"
 #include "monitoring/ingest.h"
 #include "monitoring/latest_readings.h"
 #include "store/store.h"
@@ -30,6 +31,9 @@ class MonitoringService {
  public:
   struct Hooks {
     std::function<void(const std::string&)> kick_instance;  // the engine follows a stop or release
+    // The stop and the release of a due step, in its transaction (policy::cost_control_actions,
+    // wired by the server: monitoring calls no instance action itself).
+    CostControlActions act;
   };
   MonitoringService(boost::asio::any_io_executor loop, const config::Config& config, store::Store& store,
                     PlatformClock& clock, Hooks hooks);

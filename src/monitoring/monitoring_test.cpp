@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "instances/instance_record.h"
 #include "instances/schedules.h"
 #include "monitoring/idle_judge.h"
@@ -161,9 +162,7 @@ TEST(IdleJudge, NoGpuAndSimulatedInstancesAreJudgedByTheirCpu) {
 class SeriesStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-series-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-series");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     ASSERT_TRUE(s) << s.error().detail;
     store_ = std::move(*s);

@@ -12,7 +12,7 @@ constexpr instances::InstanceState kAllStates[] = {
     instances::InstanceState::creating, instances::InstanceState::running,   instances::InstanceState::stopping,
     instances::InstanceState::stopped,  instances::InstanceState::starting,  instances::InstanceState::releasing,
     instances::InstanceState::released, instances::InstanceState::error};
-constexpr std::string_view kHostStates[] = {"ready", "unreachable", "draining"};
+constexpr std::string_view kHostStates[] = {"ready", "unreachable", "draining", "removed"};
 constexpr std::string_view kMeterKinds[] = {"compute", "compute_no_gpu", "system_disk", "data_disk", "snapshot", "image"};
 
 // One metric family: HELP and TYPE once, then its samples.
@@ -70,7 +70,10 @@ Result<PlatformTotals> read_platform_totals(store::Database& db) {
   if (!states) return fail(states.error());
   for (const auto& r : *states) t.instances_by_state[r.text(0)] = r.int64(1);
 
-  auto hosts = db.all("SELECT state, COUNT(*) FROM hosts GROUP BY state");
+  // The state GET /admin/hosts shows: the operator's drain or removal over liveness.
+  auto hosts = db.all(
+      "SELECT CASE WHEN admin_state IN ('draining', 'removed') THEN admin_state ELSE state END AS shown, COUNT(*) "
+      "FROM hosts GROUP BY shown");
   if (!hosts) return fail(hosts.error());
   for (const auto& r : *hosts) t.hosts_by_state[r.text(0)] = r.int64(1);
 
@@ -244,6 +247,15 @@ std::string render_platform_metrics(const PlatformTotals& t, const LatestReading
       for (std::size_t i = 0; i < s.reading->sample.gpus.size(); ++i)
         f.sample(instance_gpu_labels(s, s.reading->sample.gpus[i], i),
                  static_cast<double>(s.reading->sample.gpus[i].memory_used_bytes));
+  }
+  {
+    Family f(out, "gpucloud_instance_gpu_process_memory_bytes", "gauge",
+             "GPU memory the instance's own processes hold on each GPU it holds (NVML's compute processes in its cgroup).");
+    for (const auto& s : shown)
+      for (std::size_t i = 0; i < s.reading->sample.gpus.size(); ++i)
+        if (s.reading->sample.gpus[i].process_memory_bytes)
+          f.sample(instance_gpu_labels(s, s.reading->sample.gpus[i], i),
+                   static_cast<double>(*s.reading->sample.gpus[i].process_memory_bytes));
   }
   return out;
 }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "monitoring/platform_metrics.h"
 #include "store/store.h"
 
@@ -14,9 +15,7 @@ namespace fs = std::filesystem;
 class PlatformMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-platform-metrics-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-platform-metrics");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     ASSERT_TRUE(s) << s.error().detail;
     store_ = std::move(*s);

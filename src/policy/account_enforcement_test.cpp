@@ -9,6 +9,7 @@
 #include "billing/ledger.h"
 #include "billing/resource_meters.h"
 #include "config/config.h"
+#include "core/unique_temp_dir.h"
 #include "events/events.h"
 #include "market/prices.h"
 #include "policy/account_enforcement.h"
@@ -23,9 +24,7 @@ using std::chrono::seconds;
 class AccountEnforcementTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int n = 0;
-    dir_ = fs::temp_directory_path() / ("gpucloud-enforce-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-enforce");
     auto s = store::Store::open((dir_ / "db").string(), 1);
     ASSERT_TRUE(s) << s.error().detail;
     store_ = std::move(*s);

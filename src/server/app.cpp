@@ -1,6 +1,7 @@
 #include "server/app.h"
 
 #include "policy/account_enforcement.h"
+#include "policy/cost_control.h"
 
 #include "instances/schedules.h"
 
@@ -54,6 +55,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_admin_user_routes(*this);
   register_admin_clock_routes(*this);
   register_market_routes(*this);
+  register_admin_host_routes(*this);
   register_instance_routes(*this);
   register_ssh_key_routes(*this);
   register_security_group_routes(*this);
@@ -65,6 +67,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
   register_terminal_routes(*this);
   register_billing_routes(*this);
   register_monitoring_routes(*this);
+  register_agent_pki_routes(*this);
   register_proxy_routes(*this);  // prefix routes: after every fixed route
   // Short and lower-case: it goes into container, network and nftables names.
   auto id = store_->write_now([made = new_id("x").substr(2, 10)](store::Database& db) {
@@ -90,7 +93,8 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   agent->on_changes([this](agent::ChangeReport report) {
     if (instances_) instances_->nudge(report.instance_ids);
   });
-  hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent));
+  hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent),
+                                          std::chrono::duration_cast<std::chrono::milliseconds>(config_.agents.unreachable_after));
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
@@ -112,7 +116,9 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
     if (auto* billing = billing_for_commits_.load()) billing->accounts_changed(std::move(ids));
   });
   co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
-  monitoring::MonitoringService::Hooks monitoring_hooks{[this](const std::string& id) { instances_->kick(id); }};
+  // Cost control's stops and releases are the instances' actions, reached through the policy floor.
+  monitoring::MonitoringService::Hooks monitoring_hooks{[this](const std::string& id) { instances_->kick(id); },
+                                                        policy::cost_control_actions()};
   monitoring_ = std::make_unique<monitoring::MonitoringService>(loop_, config_, *store_, *clock_,
                                                                std::move(monitoring_hooks));
   monitoring_for_commits_.store(monitoring_.get());

@@ -36,6 +36,10 @@
 #include "store/idempotency.h"
 #include "store/store.h"
 
+namespace gpucloud::pki {
+class CertificateAuthority;
+}
+
 namespace gpucloud::server {
 
 class App;
@@ -117,6 +121,10 @@ class App {
   monitoring::MonitoringService& monitoring() { return *monitoring_; }
   // This installation's id, made at first start; it labels everything on the engine.
   const std::string& installation_id() const { return installation_id_; }
+  // The remote agents' CA ([agents] listen set: loaded by main before serving; null otherwise).
+  // Not owned: main keeps it for as long as it serves.
+  const pki::CertificateAuthority* agents_ca() const { return agents_ca_; }
+  void set_agents_ca(const pki::CertificateAuthority* ca) { agents_ca_ = ca; }
 
   // Connects the host agent (in-process, or behind the loopback JSON transport) and
   // registers its hosts; call once before serving.
@@ -172,6 +180,7 @@ class App {
   std::unique_ptr<monitoring::MonitoringService> monitoring_;
   std::atomic<monitoring::MonitoringService*> monitoring_for_commits_{nullptr};
   std::string installation_id_;
+  const pki::CertificateAuthority* agents_ca_ = nullptr;
 };
 
 template <class Effect, class StoredBody>
@@ -225,6 +234,7 @@ void register_token_routes(App& app);
 void register_admin_user_routes(App& app);
 void register_admin_clock_routes(App& app);
 void register_market_routes(App& app);
+void register_admin_host_routes(App& app);  // drain, undrain, remove (issue 26)
 void register_instance_routes(App& app);
 void register_ssh_key_routes(App& app);
 void register_security_group_routes(App& app);
@@ -236,6 +246,7 @@ void register_event_routes(App& app);
 void register_terminal_routes(App& app);
 void register_billing_routes(App& app);
 void register_monitoring_routes(App& app);
+void register_agent_pki_routes(App& app);  // join tokens, certificate revocation (issue 26)
 void register_proxy_routes(App& app);
 
 }  // namespace gpucloud::server

@@ -1,12 +1,15 @@
 #include "server/host_registry.h"
 
 #include <algorithm>
+#include <set>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include "billing/meters.h"
 #include "events/events.h"
 #include "instances/instance_record.h"
+#include "market/host_agents.h"
 #include "market/hosts.h"
 #include "market/prices.h"
 
@@ -43,32 +46,55 @@ HostRegistry::~HostRegistry() {
   check_timer_.cancel();
 }
 
+// One host's registration in the store: its record, who serves it, the event, the GPUs
+// gone or back since its last registration, and its disk pool's warning.
+Status HostRegistry::record_registration(store::Database& db, const config::Config& config,
+                                         const agent::HostInventory& inventory, const std::string& agent_kind,
+                                         const std::string& agent_version, const std::optional<std::string>& address,
+                                         SysTime now) {
+  auto registered = market::register_host(db, inventory, config, system_now());
+  if (!registered) return tl::unexpected(registered.error());
+  const market::HostRecord* host = &registered->host;
+  if (auto s = market::record_agent_connected(db, inventory.name, agent_kind, agent_version, address, system_now()); !s)
+    return s;
+  std::string message = "host " + inventory.name + " registered in " + inventory.zone + ": " +
+                        std::to_string(inventory.gpus.size()) + (inventory.simulated ? " simulated" : "") + " GPUs, " +
+                        std::to_string(inventory.cpu) + " CPU cores, " + std::to_string(inventory.memory_gib) + " GiB";
+  if (!inventory.inventory_error.empty()) message += " (" + inventory.inventory_error + ")";
+  if (address) message += " (remote agent at " + *address + ")";
+  boost::json::object data{{"name", inventory.name},
+                           {"zone", inventory.zone},
+                           {"gpus", inventory.gpus.size()},
+                           {"simulated", inventory.simulated},
+                           {"inventory", inventory.inventory_source},
+                           {"agent", agent_kind}};
+  // Operator events: no user, so only the operator sees them.
+  if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
+  // GPUs gone or unhealthy since the last registration, or back: recorded with the GPUs.
+  if (auto s = instances::record_gpu_changes(db, host->id, host->name, registered->changes, now); !s) return s;
+  if (registered->disk_pool_crossing)
+    if (auto s = warn_disk_pool(db, host->id, host->name, *registered->disk_pool_crossing, now); !s) return s;
+  return ok();
+}
+
 asio::awaitable<Status> HostRegistry::start() {
   agent_->on_heartbeat([this](agent::Heartbeat beat) { on_heartbeat(std::move(beat)); });
+  agent_->on_registration([this](agent::LateRegistration r) { return register_remote(std::move(r)); });
+  agent_->on_link_change([this](const std::string& host, bool connected) { on_link_change(host, connected); });
   auto hosts = co_await agent_->register_hosts();
   if (!hosts) co_return tl::unexpected(hosts.error());
-  auto record = [this, hosts = *hosts, now = clock_.now()](store::Database& db) -> Status {
+  // Hosts of remote agents are never in [[hosts]]: with the agents' listener on, one the store
+  // knows but that is not in-process gets a grace period to reconnect after this start
+  // rather than an "unreachable" at once (no mass false alarm after a control-plane restart).
+  std::set<std::string> awaited;
+  auto record = [this, hosts = *hosts, now = clock_.now(), &awaited](store::Database& db) -> Status {
+    awaited.clear();
     if (auto s = market::seed_prices(db, config_); !s) return s;
-    for (const auto& inventory : hosts) {
-      auto registered = market::register_host(db, inventory, config_, system_now());
-      if (!registered) return tl::unexpected(registered.error());
-      const market::HostRecord* host = &registered->host;
-      std::string message = "host " + inventory.name + " registered in " + inventory.zone + ": " +
-                            std::to_string(inventory.gpus.size()) + (inventory.simulated ? " simulated" : "") + " GPUs, " +
-                            std::to_string(inventory.cpu) + " CPU cores, " + std::to_string(inventory.memory_gib) + " GiB";
-      if (!inventory.inventory_error.empty()) message += " (" + inventory.inventory_error + ")";
-      boost::json::object data{{"name", inventory.name},
-                               {"zone", inventory.zone},
-                               {"gpus", inventory.gpus.size()},
-                               {"simulated", inventory.simulated},
-                               {"inventory", inventory.inventory_source}};
-      // Operator events: no user, so only the operator sees them.
-      if (auto s = events::record(db, now, "host.registered", host->id, std::nullopt, message, std::move(data)); !s) return s;
-      // GPUs gone or unhealthy since the last registration, or back: recorded with the GPUs.
-      if (auto s = instances::record_gpu_changes(db, host->id, host->name, registered->changes, now); !s) return s;
-      if (registered->disk_pool_crossing)
-        if (auto s = warn_disk_pool(db, host->id, host->name, *registered->disk_pool_crossing, now); !s) return s;
-    }
+    for (const auto& inventory : hosts)
+      if (auto s = record_registration(db, config_, inventory, market::kAgentInProcess, GPUCLOUD_VERSION, std::nullopt,
+                                       now);
+          !s)
+        return s;
     // A host the store knows but no agent registered now (taken out of the config, or its
     // agent gone): unreachable, so nothing is placed on it and the market does not count it.
     // Its record stays: instances may still name it.
@@ -77,6 +103,10 @@ asio::awaitable<Status> HostRegistry::start() {
     for (const auto& [known_id, name] : *known) {
       bool registered = std::any_of(hosts.begin(), hosts.end(), [&](const agent::HostInventory& h) { return h.name == name; });
       if (registered) continue;
+      if (config_.agents.enabled()) {
+        awaited.insert(name);
+        continue;
+      }
       if (auto s = market::set_host_state(db, name, "unreachable", std::nullopt); !s) return s;
       if (auto s = events::record(db, now, "host.unreachable", known_id, std::nullopt,
                                   "host " + name + " was not registered at this start (no longer in the configuration?)",
@@ -89,6 +119,11 @@ asio::awaitable<Status> HostRegistry::start() {
   };
   if (auto s = co_await store_.write(std::move(record)); !s) co_return s;
   auto now = std::chrono::steady_clock::now();
+  for (const auto& name : awaited) {
+    // Alive until the grace and the usual silence have both passed without its agent.
+    last_heartbeat_[name] = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.agents.reconnect_grace);
+    reachable_[name] = true;
+  }
   for (const auto& h : *hosts) {
     last_heartbeat_[h.name] = now;
     (*reported_gpus_)[h.name] = h.gpus;
@@ -100,8 +135,42 @@ asio::awaitable<Status> HostRegistry::start() {
   co_return ok();
 }
 
+asio::awaitable<Status> HostRegistry::register_remote(agent::LateRegistration r) {
+  const std::shared_ptr<bool> live = alive_;
+  auto record = [this, r, now = clock_.now()](store::Database& db) -> Status {
+    if (std::any_of(config_.hosts.begin(), config_.hosts.end(), [&](const config::Host& h) { return h.name == r.inventory.name; }))
+      return fail(ErrorCode::conflict, "host " + r.inventory.name + " is an in-process host of this control plane");
+    return record_registration(db, config_, r.inventory, market::kAgentRemote, r.agent_version, r.address, now);
+  };
+  if (auto s = co_await store_.write(std::move(record)); !s) co_return s;
+  if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
+  const std::string& name = r.inventory.name;
+  last_heartbeat_[name] = std::chrono::steady_clock::now();
+  (*reported_gpus_)[name] = r.inventory.gpus;
+  if (!reachable_.contains(name)) reachable_[name] = false;  // the next check says "ready" (with its event)
+  spdlog::info(R"({{"event":"host_registered","host":"{}","zone":"{}","gpus":{},"inventory":"{}","agent":"remote","address":"{}"}})",
+               name, r.inventory.zone, r.inventory.gpus.size(), r.inventory.inventory_source, r.address);
+  // Ready at once rather than at the next check: a create may wait on it.
+  check_timer_.cancel();
+  schedule_check_soon();
+  co_return ok();
+}
+
+void HostRegistry::on_link_change(const std::string& host, bool connected) {
+  if (connected) return;  // the registration recorded it
+  auto write = [host](store::Database& db) { return market::record_agent_disconnected(db, host, system_now()); };
+  asio::co_spawn(
+      loop_,
+      [](store::Store& store, decltype(write) w, std::string host) -> asio::awaitable<void> {
+        if (auto s = co_await store.write(std::move(w)); !s)
+          spdlog::warn("host {}: agent disconnection not recorded: {}", host, s.error().detail);
+      }(store_, std::move(write), host),
+      asio::detached);
+}
+
 void HostRegistry::on_heartbeat(agent::Heartbeat beat) {
   last_heartbeat_[beat.host_name] = std::chrono::steady_clock::now();
+  unwritten_beats_[beat.host_name] = system_now();
   follow_disk_pool(beat);
   follow_gpu_health(std::move(beat));
 }
@@ -177,6 +246,14 @@ void HostRegistry::follow_gpu_health(agent::Heartbeat beat) {
       asio::detached);
 }
 
+void HostRegistry::schedule_check_soon() {
+  check_timer_.expires_after(std::chrono::milliseconds(0));
+  check_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    asio::co_spawn(loop_, check_liveness(), asio::detached);
+  });
+}
+
 void HostRegistry::schedule_check() {
   check_timer_.expires_after(check_every_);
   check_timer_.async_wait([this](boost::system::error_code ec) {
@@ -191,18 +268,41 @@ asio::awaitable<void> HostRegistry::check_liveness() {
   // `live` says it still exists.
   const std::shared_ptr<bool> live = alive_;
   auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, bool>> changed;
+  struct Change {
+    std::string name;
+    bool alive = false;
+    SysTime last_alive;  // on the platform clock: when its last heartbeat came
+  };
+  std::vector<Change> changed;
   for (const auto& [name, seen] : last_heartbeat_) {
     const bool alive = now - seen < unreachable_after_;
     if (alive == reachable_[name]) continue;
     reachable_[name] = alive;
-    changed.emplace_back(name, alive);
+    const auto silent = std::max(std::chrono::steady_clock::duration::zero(), now - seen);
+    changed.push_back(Change{name, alive, clock_.now() - std::chrono::duration_cast<SysTime::duration>(silent)});
   }
-  for (const auto& [name, alive] : changed) {
+  if (!unwritten_beats_.empty()) {
+    auto beats = [beats = std::vector<std::pair<std::string, SysTime>>(unwritten_beats_.begin(), unwritten_beats_.end())](
+                     store::Database& db) { return market::record_heartbeats(db, beats); };
+    unwritten_beats_.clear();
+    const auto written = co_await store_.write(std::move(beats));
+    if (!*live) co_return;
+    if (!written) spdlog::warn("hosts' heartbeats not recorded: {}", written.error().detail);
+  }
+  for (const auto& [name, alive, last_alive] : changed) {
     // `name = name`: clang 14 cannot capture a structured binding by name (C++20 allows it).
-    auto update = [name = name, alive = alive, now = clock_.now()](store::Database& db) -> Status {
+    auto update = [name = name, alive = alive, last_alive = last_alive, now = clock_.now()](store::Database& db) -> Status {
       if (auto s = market::set_host_state(db, name, alive ? "ready" : "unreachable", alive ? std::optional(system_now()) : std::nullopt);
           !s)
+        return s;
+      // No compute is charged for a host nobody hears from: its running instances' meters are
+      // held from its last heartbeat until it answers again; then the container's own times
+      // settle the gap (ran on: charged; ended: closed at its FinishedAt by the reconcile).
+      auto running = instances::running_on_host(db, name);
+      if (!running) return fail(running.error());
+      std::vector<std::string> ids;
+      for (const auto& r : *running) ids.push_back(r.id);
+      if (auto s = alive ? billing::release_compute_meters(db, ids) : billing::hold_compute_meters(db, ids, last_alive); !s)
         return s;
       auto id = market::host_id_by_name(db, name);
       if (!id || !*id) return ok();

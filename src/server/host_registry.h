@@ -31,6 +31,15 @@ class HostRegistry {
 
  private:
   void on_heartbeat(agent::Heartbeat beat);
+  // A remote agent's hello: recorded like a start's registration (refused for an in-process
+  // host's name), then the host is reachable.
+  boost::asio::awaitable<Status> register_remote(agent::LateRegistration registration);
+  void on_link_change(const std::string& host, bool connected);
+  static Status record_registration(store::Database& db, const config::Config& config,
+                                    const agent::HostInventory& inventory, const std::string& agent_kind,
+                                    const std::string& agent_version, const std::optional<std::string>& address,
+                                    SysTime now);
+  void schedule_check_soon();
   // Records a beat's GPU health when it differs from the host's last report: GPUs lost or
   // back, with their events (instances' owners, the operator), in one transaction.
   void follow_gpu_health(agent::Heartbeat beat);
@@ -47,6 +56,9 @@ class HostRegistry {
   std::chrono::milliseconds unreachable_after_;
   std::chrono::milliseconds check_every_;  // how often heartbeats are looked at (tests: short)
   std::map<std::string, std::chrono::steady_clock::time_point> last_heartbeat_;
+  // The wall time of each host's last heartbeat not yet in the store (GET /admin/hosts'
+  // agent.last_heartbeat_at), written by the liveness check: one write per check, not per beat.
+  std::map<std::string, SysTime> unwritten_beats_;
   std::map<std::string, bool> reachable_;
   // Per registered host, the GPUs of its last report recorded (registration or beat); shared
   // with the writes in flight.

@@ -1,6 +1,7 @@
 // Hosts go `unreachable` when their heartbeats stop and `ready` when they resume: the
 // registry against a real store and a fake agent whose heartbeats the test sends, with the
 // timeout and the check period shortened (milliseconds, not the default 30 s / 5 s).
+#include "core/unique_temp_dir.h"
 #include "server/host_registry.h"
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "core/time_format.h"
 #include "events/events.h"
+#include "market/host_admin.h"
 #include "market/hosts.h"
 #include "store/store.h"
 
@@ -54,10 +56,7 @@ class SilentAgent : public agent::HostAgent {
 class HostRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gpucloud-hostreg-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-hostreg");
     auto s = store::Store::open((dir_ / "test.db").string(), 1);
     ASSERT_TRUE(s);
     store_ = std::move(*s);
@@ -151,6 +150,35 @@ TEST_F(HostRegistryTest, AHostWhoseHeartbeatsStopIsUnreachableAndReadyWhenTheyRe
   auto h = store_->read_now([](store::Database& db) { return market::find_host(db, "node-1"); });
   ASSERT_TRUE(h && *h);
   EXPECT_TRUE((*h)->last_seen.has_value()) << "ready again records when it was seen";
+}
+
+// Issue 26: the in-process agent is recorded at registration; the liveness check writes the
+// last heartbeat's time; a drained host stays draining through silence and return.
+TEST_F(HostRegistryTest, TheRegistryRecordsItsAgentAndHeartbeatsAndLeavesADrainAlone) {
+  start();
+  auto host = [&] {
+    auto h = store_->read_now([](store::Database& db) { return market::find_host(db, "node-1"); });
+    EXPECT_TRUE(h && *h);
+    return h && *h ? **h : market::HostRecord{};
+  };
+  const auto registered = host();
+  EXPECT_EQ(registered.agent.kind, std::optional<std::string>("in_process"));
+  EXPECT_EQ(registered.agent.version, std::optional<std::string>(GPUCLOUD_VERSION));
+  EXPECT_FALSE(registered.agent.address.has_value());
+  ASSERT_TRUE(registered.agent.connected_at.has_value());
+  ASSERT_TRUE(registered.agent.last_heartbeat_at.has_value());
+
+  ASSERT_TRUE(store_->write_now([](store::Database& db) { return market::drain_host(db, "node-1", system_now()); }));
+  const auto before = *registered.agent.last_heartbeat_at;
+  pump([] { return false; }, 5ms);
+  agent_->beat();
+  ASSERT_TRUE(pump([&] { return host().agent.last_heartbeat_at > before; }, 5s)) << "the beat was not recorded";
+  ASSERT_TRUE(pump([&] { return host().liveness == "unreachable"; }, 5s));
+  EXPECT_EQ(host().state, "draining");
+  agent_->beat();
+  ASSERT_TRUE(pump([&] { return host().liveness == "ready"; }, 5s));
+  EXPECT_EQ(host().state, "draining");
+  EXPECT_EQ(host().admin_state, "draining");
 }
 
 }  // namespace

@@ -13,13 +13,12 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/disk_runtime.h"
-#include "agent/local_agent.h"
-#include "agent/init_script.h"
-#include "agent/instance_runtime.h"
+#include "agent/agent_assembly.h"
 #include "agent/loopback_transport.h"
-#include "agent/runtime/docker_engine_driver.h"
-#include "agent/runtime/uplink_mtu.h"
+#include "agentlink/agent_hub.h"
+#include "agentlink/command_journal.h"
+#include "agentlink/link_listener.h"
+#include "pki/certificate_authority.h"
 #include "config/config.h"
 #include "core/fault_points.h"
 #include "server/app.h"
@@ -61,38 +60,6 @@ SysTime restored_test_time(store::Store& store) {
     if (ec == std::errc() && end == (*value)->data() + (*value)->size()) return from_unix_micros(micros);
   }
   return system_now();
-}
-
-// The agent's instance runtime on this machine's Docker Engine (all hosts of an all-in-one
-// daemon share it). The init script is written out from the binary at every start.
-Result<std::unique_ptr<agent::InstanceRuntime>> make_instance_runtime(asio::io_context& io, server::App& app) {
-  const auto& cfg = app.config();
-  auto state_dir = std::filesystem::path(cfg.data_dir) / "agent";
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  auto init_path = state_dir / "gpucloud-init.sh";
-  {
-    auto tmp = init_path.string() + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) return fail(ErrorCode::internal, "cannot write " + tmp);
-    std::fputs(agent::kInitScript, f);
-    std::fclose(f);
-    std::filesystem::permissions(tmp, std::filesystem::perms(0755), ec);
-    std::filesystem::rename(tmp, init_path, ec);
-    if (ec) return fail(ErrorCode::internal, "cannot write " + init_path.string() + ": " + ec.message());
-  }
-  std::string engine = agent::LocalAgent::effective_hosts(cfg).front().engine;
-  agent::DockerEngineDriver::Options options;
-  if (engine.rfind("unix://", 0) == 0) options.engine.socket_path = engine.substr(7);
-  options.init_path = init_path.string();
-  auto driver = std::make_unique<agent::DockerEngineDriver>(io.get_executor(), options);
-  agent::InstanceRuntime::Options runtime_options;
-  runtime_options.network_holders = cfg.agent.network_holders;
-  runtime_options.network_pool_size = cfg.agent.network_pool_size;
-  runtime_options.network_mtu = agent::bridge_mtu_for(agent::uplink_mtu());
-  return std::make_unique<agent::InstanceRuntime>(io.get_executor(), app.installation_id(), state_dir.string(),
-                                                  std::move(driver), init_path.string(),
-                                                  "gpucloud-" + app.installation_id(), runtime_options);
 }
 
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
@@ -176,54 +143,38 @@ int main(int argc, char** argv) {
 
   // All-in-one: the agent runs in-process. GPUCLOUD_AGENT_TRANSPORT=loopback-json puts every
   // agent message through JSON text, as a wire would (tests use it).
-  auto local_agent = std::make_unique<agent::LocalAgent>(io.get_executor(), app.config());
-  auto runtime = make_instance_runtime(io, app);
-  if (!runtime) {
-    std::fprintf(stderr, "gpucloudd: agent: %s\n", runtime.error().detail.c_str());
+  auto stack = agent::build_agent_stack(io, app.config(), app.installation_id());
+  if (!stack) {
+    std::fprintf(stderr, "gpucloudd: agent: %s\n", stack.error().detail.c_str());
     return 1;
   }
-  (*runtime)->register_handlers(*local_agent);
-  (*runtime)->register_sample_source(*local_agent);  // the running instances the sampler reads
-  // Data disks: each host's disk driver (started before the instance runtime re-attaches, so
-  // the mounts of running instances are known when stale ones are cleaned).
-  std::vector<agent::DiskRuntime::HostDriver> disk_hosts;
-  for (const auto& h : agent::LocalAgent::effective_hosts(app.config())) disk_hosts.push_back({h.name, h.disk_driver});
-  auto disk_runtime = std::make_unique<agent::DiskRuntime>(io.get_executor(),
-                                                           (std::filesystem::path(app.config().data_dir) / "agent").string(),
-                                                           std::move(disk_hosts));
-  disk_runtime->register_handlers(*local_agent);
-  (*runtime)->set_disk_runtime(disk_runtime.get());
-  {
-    std::optional<Status> disks_started;
-    asio::co_spawn(io, disk_runtime->start(), [&](std::exception_ptr e, Status s) {
-      disks_started = e ? Status(fail(ErrorCode::internal, "disk runtime start threw")) : std::move(s);
-    });
-    while (!disks_started && io.run_one() > 0) {
-    }
-    io.restart();
-    if (disks_started && !*disks_started)
-      spdlog::warn(R"({{"event":"disks_unavailable","detail":{}}})",
-                   boost::json::serialize(boost::json::value(boost::json::string(disks_started->error().detail))));
-  }
-  agent::InstanceRuntime* runtime_ptr = runtime->get();
-  local_agent->set_terminal_opener([runtime_ptr](std::string instance_id, int rows, int cols) {
-    return runtime_ptr->open_terminal(std::move(instance_id), rows, cols);
-  });
-  // Re-attach before serving: load the agent's state, ensure the network, re-apply the
-  // firewall. Without an engine the daemon still serves (instances then fail with a reason).
-  std::optional<Status> runtime_started;
-  asio::co_spawn(io, (*runtime)->start(), [&](std::exception_ptr e, Status s) {
-    runtime_started = e ? Status(fail(ErrorCode::internal, "runtime start threw")) : std::move(s);
-  });
-  while (!runtime_started && io.run_one() > 0) {
-  }
-  io.restart();  // run_one() may have found no more work, which stops the context
-  if (runtime_started && !*runtime_started)
-    spdlog::warn(R"({{"event":"runtime_unavailable","detail":"{}"}})", runtime_started->error().detail);
-  agent::LocalAgent* local_agent_ptr = local_agent.get();
-  std::unique_ptr<agent::HostAgent> host_agent = std::move(local_agent);
+  agent::InstanceRuntime* runtime_ptr = stack->runtime.get();
+  agent::LocalAgent* local_agent_ptr = stack->agent.get();
+  std::unique_ptr<agent::HostAgent> host_agent = std::move(stack->agent);
   if (const char* transport = std::getenv("GPUCLOUD_AGENT_TRANSPORT"); transport && std::string(transport) == "loopback-json")
     host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
+  // Remote agents ([agents] listen): the hub sends the in-process hosts' commands to the
+  // local agent and every other host's over its agent's link.
+  std::optional<pki::CertificateAuthority> agents_ca;
+  agentlink::AgentHub* hub = nullptr;
+  if (app.config().agents.enabled()) {
+    auto ca = pki::CertificateAuthority::load_or_create(std::filesystem::path(app.config().data_dir) / "pki");
+    auto key = agentlink::load_or_create_journal_key(
+        (std::filesystem::path(app.config().data_dir) / "agent-link" / "journal.key").string());
+    if (!ca || !key) {
+      std::fprintf(stderr, "gpucloudd: agents: %s\n", (!ca ? ca.error() : key.error()).detail.c_str());
+      return 1;
+    }
+    agents_ca.emplace(std::move(*ca));
+    app.set_agents_ca(&*agents_ca);  // the join-token route reads its fingerprint
+    auto made = std::make_unique<agentlink::AgentHub>(io.get_executor(), app.store(), std::move(host_agent),
+                                                      agentlink::AgentHub::Options{
+                                                          .journal_key = std::move(*key),
+                                                          .heartbeat_interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                              app.config().agents.heartbeat_interval)});
+    hub = made.get();
+    host_agent = std::move(made);
+  }
   std::optional<Status> agent_started;
   asio::co_spawn(io, app.start_agent(std::move(host_agent)), [&](std::exception_ptr e, Status s) {
     agent_started = e ? Status(fail(ErrorCode::internal, "agent start threw")) : std::move(s);
@@ -236,9 +187,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   // From here a container that dies or starts behind the platform's back is reconciled at once.
-  runtime_ptr->report_changes_to([local_agent_ptr](agent::ChangeReport report) {
-    local_agent_ptr->report_changes(std::move(report));
-  });
+  agent::report_runtime_changes(*runtime_ptr, *local_agent_ptr);
+  std::unique_ptr<agentlink::LinkListener> agents_listener;
+  if (hub) {
+    agents_listener = std::make_unique<agentlink::LinkListener>(io.get_executor(), app.config(), app.store(), *agents_ca, *hub);
+    auto bound = agents_listener->listen();
+    if (!bound) {
+      std::fprintf(stderr, "gpucloudd: %s\n", bound.error().detail.c_str());
+      return 1;
+    }
+    agents_listener->start();
+    std::printf("gpucloudd agents listening on %s:%u\n", bound->address().to_string().c_str(), bound->port());
+    spdlog::info(R"({{"event":"agents_listening","listen":"{}:{}","ca_fingerprint":"{}"}})",
+                 bound->address().to_string(), bound->port(), agents_ca->fingerprint());
+  }
 
   server::HttpServer http(io, app, app.config().server);
   auto bound = http.listen(listen);
@@ -258,6 +220,8 @@ int main(int argc, char** argv) {
     if (ec) return;
     spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
     app.begin_shutdown();  // event streams end; in-flight requests finish
+    if (agents_listener) agents_listener->stop();
+    if (hub) hub->stop();
     runtime_ptr->stop_watching();
     asio::co_spawn(io, stop_serving(http, app, io), asio::detached);
   });

@@ -141,6 +141,8 @@ json::object instance_schemas(json::object& s) {
        {"state_reason", nullable(str("Why it is in this state (e.g. restart, an error)"))},
        {"zone", str()},
        {"host", nullable(str("The host's name"))},
+       {"host_unreachable", boolean("Its host stopped answering (heartbeats ceased); the instance keeps its state, "
+                                    "nothing is stopped or moved")},
        {"gpu_model", nullable(str())},
        {"gpu_count", integer()},
        {"gpus", array_of(ref("InstanceGpu"), "The GPUs it holds now (none while stopped or no-GPU)")},
@@ -284,6 +286,17 @@ json::object component_schemas() {
   s["Token"] = answer({{"id", str("tok-...")}, {"name", str()}, {"created_at", time()}, {"expires_at", nullable(time())}});
   s["TokenCreated"] = json::object{
       {"allOf", json::array{ref("Token"), answer({{"token", str("The secret, shown only in this answer")}})}}};
+  // Remote agents' join tokens (issue 26). A replay of the create (same Idempotency-Key)
+  // answers without token and join_command, with token_redacted: true.
+  s["JoinToken"] = object(
+      {{"token", str("gcjoin1.<CA fingerprint>.<id>.<secret>: single use, shown only in this answer")},
+       {"host", str("The host it admits")},
+       {"expires_at", time()},
+       {"ca_fingerprint", str("SHA-256 of the agents' CA certificate (DER), lowercase hex: the agent pins it")},
+       {"join_command", str("gpucloud-agent --config agent.toml --join <[agents] url> --token <token>")},
+       {"token_redacted", boolean("Present (true) on a replay, which carries neither token nor join_command")}},
+      {"host", "expires_at", "ca_fingerprint"});
+  s["CertificatesRevoked"] = answer({{"host", str()}, {"revoked", integer("Certificates revoked now (0: all already were)")}});
   s["Zone"] = answer({{"name", str()}, {"region", str()}, {"description", str()}});
   // One schema for both kinds of offer: a GPU model's, and the zone's no-GPU offer
   // (gpu_model null), which carries price_per_hour, cpu, memory_gib, instances_free instead.
@@ -324,6 +337,7 @@ json::object component_schemas() {
                        {"own_size_bytes", integer("Custom images: the bytes its layers add over its base (what is billed)")},
                        {"source_instance", nullable(str("Custom images: the instance it was saved from"))},
                        {"deleted_at", nullable(time("In the recycle bin since (restorable for [policy] recycle_days)"))},
+                       {"purge_at", nullable(time("In the recycle bin: when it is destroyed for good (deleted_at + [policy] recycle_days); else null"))},
                        {"created_at", time()}});
   json::object instance = instance_schemas(s);  // adds the nested parts first
   s["Instance"] = std::move(instance);
@@ -369,7 +383,12 @@ json::object component_schemas() {
   s["Host"] = answer({{"id", str("h-...")},
                       {"name", str()},
                       {"zone", str()},
-                      {"state", one_of({"ready", "unreachable", "draining"})},
+                      {"state", one_of({"ready", "unreachable", "draining", "removed"},
+                                       "The stronger of admin_state and liveness: removed > draining > unreachable > "
+                                       "ready; only a ready host takes new placements")},
+                      {"liveness", one_of({"ready", "unreachable"}, "From heartbeats (unreachable after ~30 s without)")},
+                      {"admin_state", one_of({"active", "draining", "removed"}, "The operator's word (drain, undrain, remove)")},
+                      {"agent", ref("HostAgent")},
                       {"simulated", boolean()},
                       {"inventory_source", str()},
                       {"inventory_error", nullable(str())},
@@ -382,7 +401,22 @@ json::object component_schemas() {
                       {"last_seen", nullable(time())},
                       {"system_disk_enforced", boolean("The engine enforces system_disk_gib (a btrfs data root)")},
                       {"system_disk_reason", nullable(str("Why it is not enforced"))},
-                      {"disk_pool", ref("HostDiskPool")}});
+                      {"disk_pool", ref("HostDiskPool")},
+                      {"gpu_injection", nullable_ref("HostGpuInjection", "How its instances get GPUs; null until its agent reports it")},
+                      {"lxcfs", nullable_ref("HostLxcfs", "Whether lxcfs serves its instances' /proc; null until reported")}});
+  s["HostAgent"] = answer(
+      {{"kind", nullable(one_of({"in_process", "remote"}, "null: no agent connected since this was recorded"))},
+       {"version", nullable(str("The agent's build version"))},
+       {"address", nullable(str("A remote agent's address; null in-process"))},
+       {"connected_since", nullable(time("null while it is not connected"))},
+       {"last_heartbeat_at", nullable(time("Its last heartbeat recorded (written every few seconds)"))},
+       {"certificate_expires_at", nullable(time("When its newest unrevoked certificate expires; null in-process"))}});
+  s["HostGpuInjection"] = answer(
+      {{"mode", one_of({"toolkit", "builtin", "none"})},
+       {"reason", str("Why this mode ([agent] gpu_injection, the engine's nvidia runtime, the driver found)")},
+       {"driver_version", nullable(str("The NVIDIA driver's version found for builtin injection"))}});
+  s["HostLxcfs"] = answer({{"available", boolean("lxcfs serves instances' /proc files ([agent] lxcfs_dir)")},
+                           {"reason", str()}});
   s["HostDiskPool"] = answer(
       {{"capacity_bytes", nullable(integer("What provisioned sizes may reach: (size - reserve) x [agent] disk_overcommit; "
                                            "null until the host reported it"))},
@@ -406,7 +440,8 @@ json::object component_schemas() {
                       {"delete_on_release", boolean("Deleted (to the recycle bin) when its instance is released")},
                       {"from_snapshot", nullable(str("The snapshot it was made from"))},
                       {"created_at", time()},
-                      {"deleted_at", nullable(time("When it went to the recycle bin"))}});
+                      {"deleted_at", nullable(time("When it went to the recycle bin"))},
+                      {"purge_at", nullable(time("In the recycle bin: when it is destroyed for good (deleted_at + [policy] recycle_days); else null"))}});
   s["Snapshot"] = answer({{"id", str("snap-...")},
                           {"name", str()},
                           {"owner", str()},
@@ -418,7 +453,8 @@ json::object component_schemas() {
                           {"state", one_of({"creating", "available", "deleting", "deleted", "error"})},
                           {"state_reason", nullable(str())},
                           {"created_at", time()},
-                          {"deleted_at", nullable(time())}});
+                          {"deleted_at", nullable(time())},
+                          {"purge_at", nullable(time("In the recycle bin: when it is destroyed for good (deleted_at + [policy] recycle_days); else null"))}});
   s["QuotaUse"] = answer({{"gpus", integer("GPUs held by instances that run or will")},
                           {"instances", integer("Instances not released")},
                           {"disk_gib", integer("GiB of data disks, the recycle bin's included")},
@@ -463,6 +499,12 @@ json::object component_schemas() {
                                 {"revoke_tokens", boolean("Also revoke every API token of the user")}},
                                {"old_password", "new_password"});
   s["TokenCreate"] = object({{"name", with(with(str(), "minLength", 1), "maxLength", 100)}}, {"name"});
+  s["JoinTokenCreate"] = object(
+      {{"host", with(with(str("The host's name ([[hosts]] name rules); not one this daemon serves in-process"), "minLength", 1),
+                     "maxLength", 63)},
+       {"ttl_seconds", with(with(integer("How long it may be used (default [agents] join_token_ttl, 1 h)"), "minimum", 60),
+                            "maximum", 604800)}},
+      {"host"});
   s["SshKeyCreate"] = object({{"name", with(str(), "pattern", kNamePattern)},
                               {"public_key", str("OpenSSH format: TYPE BASE64 [COMMENT]; DSA is refused")}},
                              {"name", "public_key"});
@@ -615,6 +657,22 @@ json::object component_schemas() {
                           {"next_cursor", nullable(str())},
                           {"cost_per_day", money},
                           {"currency", str()}});
+  s["Subscription"] = answer({{"instance", str("i-...")},
+                              {"name", str()},
+                              {"instance_state", str()},
+                              {"gpu_model", nullable(str())},
+                              {"gpu_count", integer()},
+                              {"term", one_of({"weekly", "monthly"})},
+                              {"status", one_of({"active", "ended"})},
+                              {"started_at", nullable(time("The first running: terms count from it"))},
+                              {"expires_at", nullable(time("The paid term's end (active only)"))},
+                              {"auto_renew", boolean("Renewed at the price current then (active only)")},
+                              {"payments", integer("Up-front payments: the first and each renewal")},
+                              {"paid", integer("What the payments came to")},
+                              {"refunded", integer("Refunds of unused terms")},
+                              {"first_paid_at", nullable(time())},
+                              {"last_paid_at", nullable(time())}});
+  s["SubscriptionList"] = answer({{"items", array_of(ref("Subscription"))}, {"next_cursor", nullable(str())}, {"currency", str()}});
   s["Estimate"] = answer({{"currency", str()},
                           {"billing_mode", one_of({"hourly", "weekly", "monthly"})},
                           {"price_per_hour", money},
@@ -637,7 +695,18 @@ json::object component_schemas() {
                                 {"credits", integer("Same as received")},
                                 {"adjustments", integer("The operator's negative credits (not revenue)")},
                                 {"arrears", integer("What users owed at the month's end (negative balances)")},
-                                {"arrears_change", integer("Growth of arrears over the month")}});
+                                {"arrears_change", integer("Growth of arrears over the month")},
+                                {"days", array_of(ref("RevenueDay"))}});
+  s["RevenueDay"] = answer({{"day", str("YYYY-MM-DD in billing_timezone")},
+                            {"charged", integer("Charges net of refunds, subscriptions included")},
+                            {"by_kind", with(json::object{{"type", "object"}}, "additionalProperties", integer())},
+                            {"usage", with(json::object{{"type", "object"}}, "additionalProperties",
+                                           json::object{{"type", "number"}})},
+                            {"refunds", integer()},
+                            {"received", integer("Credits")},
+                            {"adjustments", integer()}},
+                           "One day of the month: what was charged by kind, what was used by meter kind (seconds of "
+                           "compute, GiB-hours of storage), money received");
   s["AlertSet"] = object({{"threshold", with(integer("Alert when the balance falls below it"), "minimum", 0)},
                           {"webhook_url", nullable(str("http(s); private and loopback targets refused unless allowed"))}},
                          {"threshold"});
@@ -690,6 +759,11 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "DELETE", .pattern = "/api/v1/tokens/{id}", .operation_id = "deleteToken", .status = 204, .response = "",
        .errors = {404, 409},
        .id_description = "The token's id (tok-...), or its name when one live API token has it (409 when several do)"},
+      // operator: remote agents' join tokens and certificates (issue 26)
+      {.method = "POST", .pattern = "/api/v1/admin/hosts/join-token", .operation_id = "adminCreateJoinToken", .status = 201,
+       .response = "JoinToken", .request = "JoinTokenCreate", .idempotent = true, .errors = {400, 409}},
+      {.method = "POST", .pattern = "/api/v1/admin/hosts/{name}/revoke-certificate", .operation_id = "adminRevokeHostCertificate",
+       .status = 200, .response = "CertificatesRevoked", .errors = {404}, .id_description = "The host's name"},
       // operator: users and clock
       {.method = "GET", .pattern = "/api/v1/admin/users", .operation_id = "adminListUsers", .status = 200,
        .response = "AdminUserList", .errors = {400}, .query = page},
@@ -712,7 +786,14 @@ const std::vector<OperationSpec>& operation_specs() {
       {.method = "DELETE", .pattern = "/api/v1/market/watches/{id}", .operation_id = "deleteMarketWatch", .status = 204,
        .response = "", .errors = {404}, .id_description = "The watch's id"},
       {.method = "GET", .pattern = "/api/v1/admin/hosts", .operation_id = "adminListHosts", .status = 200,
-       .response = "HostList", .errors = {400}, .query = page},
+       .response = "HostList", .errors = {400},
+       .query = {limit, cursor, {"include_removed", "boolean", "true: removed hosts are listed too"}}},
+      {.method = "POST", .pattern = "/api/v1/admin/hosts/{name}/drain", .operation_id = "adminDrainHost", .status = 200,
+       .response = "Host", .errors = {404}, .id_description = "The host's name or id"},
+      {.method = "POST", .pattern = "/api/v1/admin/hosts/{name}/undrain", .operation_id = "adminUndrainHost",
+       .status = 200, .response = "Host", .errors = {404}, .id_description = "The host's name or id"},
+      {.method = "DELETE", .pattern = "/api/v1/admin/hosts/{name}", .operation_id = "adminRemoveHost", .status = 200,
+       .response = "Host", .errors = {404, 409}, .id_description = "The host's name or id"},
       {.method = "GET", .pattern = "/api/v1/admin/prices", .operation_id = "adminGetPrices", .status = 200,
        .response = "PriceTable"},
       {.method = "PUT", .pattern = "/api/v1/admin/prices", .operation_id = "adminReplacePrices", .status = 200,
@@ -869,6 +950,8 @@ const std::vector<OperationSpec>& operation_specs() {
        .response = "Statement", .errors = {400}},
       {.method = "GET", .pattern = "/api/v1/billing/idle", .operation_id = "listIdleBilling", .status = 200,
        .response = "IdleList"},
+      {.method = "GET", .pattern = "/api/v1/billing/subscriptions", .operation_id = "listSubscriptions", .status = 200,
+       .response = "SubscriptionList", .errors = {400}, .query = {limit, cursor}},
       {.method = "PUT", .pattern = "/api/v1/billing/alert", .operation_id = "setBalanceAlert", .status = 200,
        .response = "BillingAccount", .request = "AlertSet", .errors = {400}},
       {.method = "DELETE", .pattern = "/api/v1/billing/alert", .operation_id = "clearBalanceAlert", .status = 204,

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "billing/ledger.h"
+#include "core/unique_temp_dir.h"
 #include <sodium.h>
 
 #include <boost/asio/io_context.hpp>
@@ -21,6 +22,7 @@
 #include "market/prices.h"
 #include "server/app.h"
 #include "server/openapi.h"
+#include "server/handlers/recycle_bin.h"
 #include "server/openapi_schemas.h"
 #include "server/pagination.h"
 
@@ -33,8 +35,7 @@ class OpenApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ASSERT_GE(sodium_init(), 0);
-    dir_ = fs::temp_directory_path() / ("gpucloud-openapi-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_ = gpucloud::testing::unique_temp_dir("gpucloud-openapi");
     config::Config cfg;
     cfg.data_dir = dir_.string();
     auto store = store::Store::open((dir_ / "test.db").string(), 1);
@@ -296,10 +297,15 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   image.visibility = "public";
   image.state = "available";
   image.created_at = now;
-  check("Image", instances::image_json(image));
+  // As the handlers answer it: with purge_at (server/handlers/recycle_bin.h).
+  check("Image", with_purge_at(instances::image_json(image), image.deleted_at, 7));
   image.owner = "u-1";
   image.os = "ubuntu 22.04";
-  check("Image", instances::image_json(image));
+  check("Image", with_purge_at(instances::image_json(image), image.deleted_at, 7));
+  image.state = "deleted";
+  image.deleted_at = now;
+  check("Image", with_purge_at(instances::image_json(image), image.deleted_at, 7));
+  EXPECT_TRUE(with_purge_at(instances::image_json(image), image.deleted_at, 7).at("purge_at").is_string());
 
   auth::User user{"u-1", "alice", std::nullopt, "user", false, now};
   check("User", api::user_json(user));
@@ -374,6 +380,12 @@ TEST_F(OpenApiTest, HandlerJsonConformsToTheSchemas) {
   host.gpus[0].lost_at = now;
   host.last_seen = now;
   host.inventory_error = "NVML: driver not loaded";
+  check("Host", market::host_json(host));
+  // Drained, unreachable, served by a remote agent with a certificate (issue 26).
+  host.state = "draining";
+  host.liveness = "unreachable";
+  host.admin_state = "draining";
+  host.agent = market::HostAgentInfo{"remote", "0.1.0", "10.0.0.5:7443", now, now, now};
   check("Host", market::host_json(host));
   host.gpus[0].reserved_by.reset();
   host.last_seen.reset();

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "store/idempotency.h"
 #include "store/store.h"
 
@@ -11,8 +12,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(IdempotencyPurge, AClaimPurgesEveryExpiredKey) {
-  auto dir = fs::temp_directory_path() / ("gpucloud-idem-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-idem");
   auto store = Store::open((dir / "test.db").string(), 1);
   ASSERT_TRUE(store);
   auto& s = **store;

@@ -555,6 +555,76 @@ CREATE TABLE market_watches (
 CREATE INDEX market_watches_open ON market_watches(zone, gpu_model) WHERE fired_at IS NULL;
 CREATE UNIQUE INDEX market_watches_one_open ON market_watches(user_id, zone, gpu_model) WHERE fired_at IS NULL;
 )sql"},
+    // How each host gives instances their GPUs (toolkit | builtin | none, and why) and whether
+    // lxcfs serves their /proc, as its agent reported at registration (issue 25).
+    {21, R"sql(
+ALTER TABLE hosts ADD COLUMN gpu_injection TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN gpu_injection_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN driver_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN lxcfs_available INTEGER;
+ALTER TABLE hosts ADD COLUMN lxcfs_reason TEXT NOT NULL DEFAULT '';
+)sql"},
+    // Remote agents (issue 26, src/pki/): single-use join tokens (only the id and a SHA-256
+    // of the secret; never the token) and the certificates the agents' CA signed for hosts.
+    // Times in unix microseconds like every other table.
+    {22, R"sql(
+CREATE TABLE join_tokens (
+  id TEXT PRIMARY KEY,
+  host_name TEXT NOT NULL,
+  secret_hash TEXT NOT NULL,
+  created_by TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  used_at INTEGER
+);
+CREATE TABLE host_certificates (
+  serial TEXT PRIMARY KEY,
+  host_name TEXT NOT NULL,
+  not_after INTEGER NOT NULL,
+  issued_at INTEGER NOT NULL,
+  revoked_at INTEGER
+);
+CREATE INDEX host_certificates_by_host ON host_certificates(host_name, issued_at);
+)sql"},
+    // Remote agents (issue 26, src/agentlink/): commands for a remote host, durable until its
+    // agent reports their outcome (the body sealed: it may carry secrets). Unix microseconds.
+    {23, R"sql(
+CREATE TABLE agent_commands (
+  id TEXT PRIMARY KEY,
+  host_name TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  completed_at INTEGER,
+  outcome TEXT
+);
+CREATE INDEX agent_commands_pending ON agent_commands(host_name, created_at) WHERE completed_at IS NULL;
+)sql"},
+    // Host states and agents (issue 26): the operator's word on a host (active | draining |
+    // removed) kept apart from liveness (`state`: ready | unreachable, from heartbeats; a
+    // 'draining' there moves over), and who serves it: agent kind (in_process | remote),
+    // version, a remote agent's address, since when connected, its last heartbeat. Starts look
+    // up a holder's earlier reservations by holder.
+    {24, R"sql(
+ALTER TABLE hosts ADD COLUMN admin_state TEXT NOT NULL DEFAULT 'active'
+  CHECK (admin_state IN ('active', 'draining', 'removed'));
+UPDATE hosts SET admin_state = 'draining', state = 'ready' WHERE state = 'draining';
+ALTER TABLE hosts ADD COLUMN agent_kind TEXT CHECK (agent_kind IN ('in_process', 'remote'));
+ALTER TABLE hosts ADD COLUMN agent_version TEXT;
+ALTER TABLE hosts ADD COLUMN agent_address TEXT;
+ALTER TABLE hosts ADD COLUMN connected_at INTEGER;
+ALTER TABLE hosts ADD COLUMN last_heartbeat_at INTEGER;
+CREATE INDEX reservations_by_holder ON reservations(holder, created_at);
+)sql"},
+    // Remote agents (issue 26): a compute meter whose host is unreachable is held: no
+    // settlement charges it past held_since until its agent reports the container's own times.
+    {25, R"sql(
+ALTER TABLE meters ADD COLUMN held_since INTEGER;
+)sql"},
+    // A host's own public address (issue 26: a remote GPU host's instances are reached at it).
+    {26, R"sql(
+ALTER TABLE hosts ADD COLUMN public_address TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 }  // namespace

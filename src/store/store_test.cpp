@@ -4,6 +4,7 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "store/idempotency.h"
 #include "store/migrations.h"
 #include "store/store.h"
@@ -13,9 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_db() {
-  static int n = 0;
-  auto dir = fs::temp_directory_path() / ("gpucloud-unit-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-  fs::create_directories(dir);
+  auto dir = gpucloud::testing::unique_temp_dir("gpucloud-unit");
   return (dir / "test.db").string();
 }
 

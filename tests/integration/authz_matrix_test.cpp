@@ -88,6 +88,8 @@ class AuthzMatrixTest : public ::testing::Test {
     // Another user's id: the operator's own user (a user route never reaches it for mallory).
     auto me = daemon_.get("/api/v1/me", alice_);
     ids_["admin/users"] = std::string(me.json().at("id").as_string());
+    // Operator routes on a host (drain, revoke-certificate, ...): the in-process host.
+    ids_["admin/hosts"] = "node-1";
   }
 
   // The path with alice's id of the resource it names.

@@ -367,6 +367,25 @@ TEST(BillingTest, DOCKER_AWeeklySubscriptionRenewsThenExpiresIntoPayAsYouGo) {
   EXPECT_NE(std::string(renewed.at("billing").at("expires_at").as_string()), first_end) << "renewed for a week";
   EXPECT_EQ(account(d, ivy).at("balance").as_int64(), 86000 - 2 * 26600);
   EXPECT_EQ(renewed.at("charged").as_int64(), 0) << "no per-second compute inside a paid term";
+  {
+    // GET /billing/subscriptions: the active term, its expiry and what was paid (two weeks).
+    auto subs = d.get("/api/v1/billing/subscriptions", ivy);
+    ASSERT_EQ(subs.status, 200) << subs.body;
+    const json::value listed = subs.json();
+    const auto& items = listed.at("items").as_array();
+    ASSERT_EQ(items.size(), 1u) << subs.body;
+    const auto& sub = items[0].as_object();
+    EXPECT_EQ(sub.at("name"), "sub");
+    EXPECT_EQ(sub.at("term"), "weekly");
+    EXPECT_EQ(sub.at("status"), "active");
+    EXPECT_EQ(sub.at("expires_at"), renewed.at("billing").at("expires_at"));
+    EXPECT_TRUE(sub.at("auto_renew").as_bool());
+    EXPECT_EQ(sub.at("payments").as_int64(), 2);
+    EXPECT_EQ(sub.at("paid").as_int64(), 2 * 26600);
+    EXPECT_TRUE(sub.at("started_at").is_string()) << "its first running";
+    const std::string other = d.register_and_login("bill-ivy-2");
+    EXPECT_TRUE(d.get("/api/v1/billing/subscriptions", other).json().at("items").as_array().empty()) << "own only";
+  }
   // auto_renew off: at the end of the second week it becomes a stopped pay-as-you-go instance.
   auto patched = d.request("PATCH", "/api/v1/instances/sub", R"({"billing": {"auto_renew": false}})", ivy);
   ASSERT_EQ(patched.status, 200) << patched.body;
@@ -382,6 +401,17 @@ TEST(BillingTest, DOCKER_AWeeklySubscriptionRenewsThenExpiresIntoPayAsYouGo) {
     if (e.at("type") == "billing.subscription_expiring") warned = true;
   EXPECT_TRUE(warned) << "an event before the end";
   expect_ledger_consistent(d, ivy);
+  {
+    // Ended: still listed (the term it was, what was paid), no expiry, no renewal.
+    auto subs = d.get("/api/v1/billing/subscriptions", ivy).json();
+    ASSERT_EQ(subs.at("items").as_array().size(), 1u) << subs;
+    const auto& sub = subs.at("items").as_array()[0].as_object();
+    EXPECT_EQ(sub.at("status"), "ended");
+    EXPECT_EQ(sub.at("term"), "weekly");
+    EXPECT_TRUE(sub.at("expires_at").is_null());
+    EXPECT_FALSE(sub.at("auto_renew").as_bool());
+    EXPECT_EQ(sub.at("paid").as_int64(), 2 * 26600);
+  }
   ASSERT_EQ(d.request("DELETE", "/api/v1/instances/sub", "", ivy).status, 202);
   d.wait_for_state("sub", "released", ivy);
 }
@@ -470,6 +500,42 @@ TEST_F(BillingApiTest, CreditsAreIdempotentAndOnlyTheOperatorCredits) {
   ASSERT_EQ(st.status, 200) << st.body;
   EXPECT_EQ(st.json().at("closing_balance").as_int64(), 300);
   EXPECT_EQ(st.json().at("credits").as_int64(), 500);
+}
+
+// The operator's revenue for a month, by day: every day of the month in billing_timezone
+// (UTC here), today's credit on today, the days adding up to the month; operator only.
+TEST_F(BillingApiTest, RevenueByDayListsEveryDayOfTheMonthAndAddsUpToIt) {
+  TestDaemon& d = daemon_;
+  const std::string fay_name = unique_name("bill-fay");
+  const std::string fay = d.register_and_login(fay_name);
+  credit(d, fay_name, 700);
+  const std::string now(d.post("/api/v1/admin/clock", {{"advance_seconds", 0}}, d.admin_token()).json().at("now").as_string());
+  const std::string ym = now.substr(0, 7), today = now.substr(0, 10);
+  auto r = d.get("/api/v1/admin/billing/summary?month=" + ym, d.admin_token());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto doc = r.json().as_object();
+  EXPECT_EQ(doc.at("timezone").as_string(), "UTC");
+  const auto& days = doc.at("days").as_array();
+  const int y = std::stoi(ym.substr(0, 4)), m = std::stoi(ym.substr(5, 2));
+  const int length = m == 2 ? ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0 ? 29 : 28)
+                            : (m == 4 || m == 6 || m == 9 || m == 11 ? 30 : 31);
+  ASSERT_EQ(days.size(), static_cast<std::size_t>(length)) << r.body;
+  EXPECT_EQ(days.front().at("day").as_string(), ym + "-01");
+  std::int64_t charged = 0, received = 0;
+  bool saw_today = false;
+  for (const auto& day : days) {
+    charged += day.at("charged").as_int64();
+    received += day.at("received").as_int64();
+    if (day.at("day").as_string() == today) {
+      saw_today = true;
+      EXPECT_GE(day.at("received").as_int64(), 700) << "fay's credit is on today";
+    }
+  }
+  EXPECT_TRUE(saw_today) << today << " " << r.body;
+  EXPECT_EQ(charged, doc.at("charged").as_int64());
+  EXPECT_EQ(received, doc.at("received").as_int64());
+  EXPECT_EQ(d.get("/api/v1/admin/billing/summary?month=" + ym, fay).status, 403);
+  EXPECT_EQ(d.get("/api/v1/admin/billing/summary?month=2026-13", d.admin_token()).status, 400);
 }
 
 // The CLI against the real daemon's billing answers (its unit tests use hand-written JSON).

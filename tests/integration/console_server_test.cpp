@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "shared_daemon.h"
 #include "support/test_daemon.h"
 
@@ -19,7 +20,7 @@ namespace json = boost::json;
 namespace fs = std::filesystem;
 
 fs::path console_fixture_dir() {
-  static const fs::path dir = fs::temp_directory_path() / ("gpucloud-console-" + std::to_string(::getpid()));
+  static const fs::path dir = gpucloud::testing::unique_temp_dir("gpucloud-console");
   return dir;
 }
 

@@ -5,6 +5,7 @@
 // and its engine copy goes with its last instance.
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
 
@@ -175,7 +176,23 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
         "grep ^root: /etc/shadow | cut -d: -f2' > " + needles + " && cut -d' ' -f2 " + key_dir + "/id.pub >> " + needles);
   ASSERT_EQ(shell("wc -l < " + needles), "3\n") << shell("cat " + needles);
   ASSERT_EQ(shell("grep -c '^\\$' " + needles + " || true"), "1\n") << "the second needle is a password hash";
-  EXPECT_EQ(shell("docker image inspect --format '{{len .RootFS.Layers}}' " + ref), "1\n") << "one flattened layer";
+  // The base's layers (shared with the base, stored once) plus one layer of what changed.
+  const std::string base_image = shell("docker inspect --format '{{.Image}}' " + container_of(src) + " | tr -d '\\n'");
+  const int base_layers = std::atoi(shell("docker image inspect --format '{{len .RootFS.Layers}}' " + base_image).c_str());
+  ASSERT_GT(base_layers, 0) << base_image;
+  EXPECT_EQ(std::atoi(shell("docker image inspect --format '{{len .RootFS.Layers}}' " + ref).c_str()), base_layers + 1)
+      << "the base's layers plus one";
+  const std::string base_json = shell("docker image inspect --format '{{json .RootFS.Layers}}' " + base_image);
+  const std::string ref_json = shell("docker image inspect --format '{{json .RootFS.Layers}}' " + ref);
+  EXPECT_EQ(ref_json.rfind(base_json.substr(0, base_json.find(']')) + ",", 0), 0u) << ref_json << " on " << base_json
+                                                                                  << ": the base's layers first, unchanged";
+  // What it adds to the engine is what changed (a few files), not a copy of the base.
+  EXPECT_LT(available.at("own_size_bytes").as_int64(), 8 << 20) << available;
+  EXPECT_EQ(available.at("size_bytes").as_int64() - available.at("own_size_bytes").as_int64(),
+            std::atoll(shell("docker image inspect --format '{{.Size}}' " + base_image).c_str()))
+      << available << ": its size is the base's plus its own layer";
+  EXPECT_EQ(shell("docker inspect --format '{{.State.Status}}' " + container_of(src)), "running\n")
+      << "the source runs on (paused only while its files were read)";
   // No instance's labels on it (a container made from it would pass for that instance's).
   const std::string labels = shell("docker image inspect --format '{{json .Config.Labels}}' " + ref);
   EXPECT_EQ(labels.find("gpucloud.installation"), std::string::npos) << labels;
@@ -247,9 +264,11 @@ TEST_F(CustomImageTest, DOCKER_ROOT_SaveUseHideRestoreAndPurgeACustomImage) {
 }
 
 // A save killed (-9) at any step leaves nothing behind once the daemon is back: the save
-// resumes from the start, and every intermediate of the dead attempt (the raw copy, which
-// holds root's hash and the keys, tagged or left dangling by the new attempt's commit, and
-// its cleaner container) is removed. The daemon's log proves the armed point fired.
+// resumes from the start, the source container (paused while its files are read) runs again,
+// no intermediate image or container exists, and the image holds no secret. The daemon's log
+// proves the armed point fired. (The fallback path's points, agent.image_save.after_raw_commit
+// and after_clean, fire only on engines whose files the agent does not read: other storage
+// drivers.)
 class CustomImageCrashTest : public CustomImageTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CustomImageCrashTest, DOCKER_ROOT_KillNineDuringASaveLeavesNoIntermediateImageOrContainer) {
@@ -289,6 +308,13 @@ TEST_P(CustomImageCrashTest, DOCKER_ROOT_KillNineDuringASaveLeavesNoIntermediate
   const std::string ref(done.at("engine_image").as_string());
   engine_images_.push_back(ref);
   EXPECT_EQ(save_leftovers(id, ref), "") << "intermediates of the killed save are still on the engine";
+  EXPECT_TRUE(wait_until([&] { return shell("docker inspect --format '{{.State.Status}}' " + container_of(src)) == "running\n"; },
+                         std::chrono::seconds(30), "the source to run unpaused"))
+      << shell("docker inspect --format '{{.State.Status}}' " + container_of(src));
+  EXPECT_EQ(shell("docker run --rm --network none --entrypoint sh " + ref + " -c 'grep ^root: /etc/shadow | cut -d: -f2; " +
+                  "cat /root/.ssh/authorized_keys 2>/dev/null | grep -c gpucloud || true' 2>&1"),
+            "*\n0\n")
+      << "the resumed save's image is clean";
   const std::string labels = shell("docker image inspect --format '{{json .Config.Labels}}' " + ref);
   EXPECT_EQ(labels.find("gpucloud.installation"), std::string::npos) << labels;
   EXPECT_EQ(labels.find("gpucloud.instance"), std::string::npos) << labels;
@@ -296,10 +322,10 @@ TEST_P(CustomImageCrashTest, DOCKER_ROOT_KillNineDuringASaveLeavesNoIntermediate
 }
 
 INSTANTIATE_TEST_SUITE_P(FaultPoints, CustomImageCrashTest,
-                         ::testing::Values("agent.image_save.after_raw_commit", "agent.image_save.after_clean"),
+                         ::testing::Values("agent.image_save.while_paused", "agent.image_save.after_load"),
                          [](const auto& info) {
-                           return std::string(info.param).find("raw") != std::string::npos ? std::string("after_raw_commit")
-                                                                                            : std::string("after_clean");
+                           return std::string(info.param).find("paused") != std::string::npos ? std::string("while_paused")
+                                                                                               : std::string("after_load");
                          });
 
 // A stopped instance is saved too; a releasing one is refused naming its state.

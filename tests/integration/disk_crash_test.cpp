@@ -508,7 +508,7 @@ TEST_F(DiskStepsTest, DOCKER_ROOT_SERIAL_DockerdRestartWhileADiskGrowsAndSnapsho
   // once this one is stopped a pass has looked at the instance and its disk too.
   const std::string probe = "gpucloud-it-probe-" + random_suffix();
   docker_api("POST", "/containers/create?name=" + probe,
-             R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" +
+             R"({"Image":"gpucloud/base:bookworm-2","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" +
                  daemon_->installation_id() + R"("}})");
   docker_api("POST", "/containers/" + probe + "/start");
   EXPECT_TRUE(wait_until(

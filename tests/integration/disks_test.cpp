@@ -4,6 +4,7 @@
 // refused with their code and change nothing.
 #include <gtest/gtest.h>
 
+#include "core/time_format.h"
 #include "support/ssh_client.h"
 #include "support/test_daemon.h"
 #include "support/wait.h"
@@ -222,8 +223,18 @@ TEST_F(DisksTest, DOCKER_ROOT_ADeletedDiskIsRestoredWithItsDataAndGoneAfterThePe
   EXPECT_EQ(del.json().at("state").as_string(), "deleted");
   auto binned = daemon_->get("/api/v1/disks?state=deleted", user_).json();
   ASSERT_EQ(binned.at("items").as_array().size(), 1u) << json::serialize(binned);
+  {
+    // The bin says when it is destroyed: deleted_at + recycle_days (2 here).
+    const auto& item = binned.at("items").as_array()[0];
+    auto deleted_at = parse_rfc3339(item.at("deleted_at").as_string());
+    auto purge_at = parse_rfc3339(item.at("purge_at").as_string());
+    ASSERT_TRUE(deleted_at && purge_at) << json::serialize(item);
+    EXPECT_EQ(*purge_at - *deleted_at, std::chrono::hours(48)) << json::serialize(item);
+  }
   EXPECT_TRUE(daemon_->get("/api/v1/disks", user_).json().at("items").as_array().empty());
-  ASSERT_EQ(daemon_->post("/api/v1/disks/" + id + "/restore", json::object{}, user_).status, 200);
+  auto restored = daemon_->post("/api/v1/disks/" + id + "/restore", json::object{}, user_);
+  ASSERT_EQ(restored.status, 200) << restored.body;
+  EXPECT_TRUE(restored.json().at("purge_at").is_null()) << restored.body;
   ASSERT_EQ(daemon_->post("/api/v1/disks/" + id + "/attach", {{"instance", "box"}, {"mount_path", "/root/data"}}, user_).status,
             200);
   auto running = start_instance("box");

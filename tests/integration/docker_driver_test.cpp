@@ -121,7 +121,7 @@ const std::string kSocket = [] {
 }();
 std::string test_image() {
   const char* env = std::getenv("GPUCLOUD_TEST_IMAGE");
-  return env && *env ? env : "gpucloud/base:bookworm-1";
+  return env && *env ? env : "gpucloud/base:bookworm-2";
 }
 const std::string kInitPath = GPUCLOUD_SOURCE_DIR "/scripts/instance-init/gpucloud-init.sh";
 // SHA-512 crypt(3) of "pw123": what the control plane would write as password_hash.
@@ -1007,6 +1007,25 @@ TEST_F(DockerDriverTest, DOCKER_ImagePresentAndCommit) {
   ASSERT_TRUE(go(driver_->remove(id2)));
   EXPECT_TRUE(go(driver_->remove_image(ref)));
   EXPECT_FALSE(*go(driver_->image_present(ref)));
+
+  // Flatten (save-image's fallback, a rebuild of a deep image): the container's whole
+  // filesystem exported and imported as one layer, streamed between two engine calls.
+  auto flat = go(driver_->flatten(id, "gpucloud/test-saved", tag + "-flat", {{"gpucloud.installation", installation_}}),
+                 300s);
+  ASSERT_TRUE(flat) << error_text(flat.error());
+  const std::string flat_ref = "gpucloud/test-saved:" + tag + "-flat";
+  auto flat_info = go(driver_->image_inspect(flat_ref));
+  ASSERT_TRUE(flat_info && flat_info->has_value());
+  EXPECT_EQ((*flat_info)->layers, 1);
+  auto s3 = spec("from-flat");
+  s3.image = flat_ref;
+  s3.command = {"sh", "-c", "cat /root/saved.txt"};
+  const std::string id3 = launch(s3);
+  auto flat_done = go(driver_->wait(id3, 10s));
+  ASSERT_TRUE(flat_done);
+  EXPECT_EQ(*go(driver_->logs(id3, 0)), "saved\n");
+  ASSERT_TRUE(go(driver_->remove(id3)));
+  EXPECT_TRUE(go(driver_->remove_image(flat_ref)));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //   backend, one of two kinds (each test runs with both):
 //     plain:  netns "gpucloud-fwb-ID" 10.251.X.6/30 ── veth ── 10.251.X.5/30 host, a TCP
 //             (HTTP-ish) server and a UDP echo run by this process inside that namespace;
-//     docker: a container of gpucloud/base:bookworm-1 on its own bridge network
+//     docker: a container of gpucloud/base:bookworm-2 on its own bridge network
 //             (10.252.X.0/24, fixed address .10) running `python3 -m http.server` and a UDP
 //             echo (skipped when no engine answers on /var/run/docker.sock or the image is
 //             missing: scripts/start-dockerd.sh, scripts/build-base-image.sh).
@@ -118,7 +118,7 @@ const std::string kDockerSocket = [] {
 }();
 std::string test_image() {
   const char* env = std::getenv("GPUCLOUD_TEST_IMAGE");
-  return env && *env ? env : "gpucloud/base:bookworm-1";
+  return env && *env ? env : "gpucloud/base:bookworm-2";
 }
 
 struct HttpAnswer {

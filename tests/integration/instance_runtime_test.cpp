@@ -119,7 +119,7 @@ const std::string kSocket = [] {
 }();
 std::string test_image() {
   const char* env = std::getenv("GPUCLOUD_TEST_IMAGE");
-  return env && *env ? env : "gpucloud/base:bookworm-1";
+  return env && *env ? env : "gpucloud/base:bookworm-2";
 }
 const std::string kInitPath = GPUCLOUD_SOURCE_DIR "/scripts/instance-init/gpucloud-init.sh";
 // SHA-512 crypt(3) of "pw123".
@@ -581,9 +581,16 @@ TEST_F(InstanceRuntimeTest, DOCKER_ROOT_StatusReportsDeadAndUnknownContainers) {
   stray.command = {"sleep", "3600"};
   stray.cpus = 0.5;
   stray.memory_bytes = 128ll << 20;
+  // On no network: it needs none, and the machine's default bridge is no part of this test.
+  stray.network = "none";
   auto made = run(ioc_, driver_->create(stray));
   ASSERT_TRUE(made) << made.error().detail;
-  ASSERT_TRUE(run(ioc_, driver_->start(made->id)));
+  auto started = run(ioc_, driver_->start(made->id));
+  if (!started) {
+    auto state = run(ioc_, driver_->inspect(made->id));
+    FAIL() << "the stray did not start: " << started.error().detail
+           << (state && state->exists ? "; state " + state->state + ", exit " + std::to_string(state->exit_code) : "");
+  }
 
   auto observed = must("instance.status", json::object{});
   const auto& unknown = observed.at("unknown_containers").as_array();

@@ -60,6 +60,41 @@ int reserved_gpus(const TestDaemon& daemon) {
   return reserved;
 }
 
+// A bare container of this test on the shared engine (`sleep` an hour), started and running,
+// or the engine's answers in the failure. It is on no network (NetworkMode none): it needs
+// none, and the machine's default bridge is no part of what these tests check. Listed in
+// `lease` so that it goes even when the test stops early. Returns its id ("" on failure).
+::testing::AssertionResult run_bare_container(ResourceLease& lease, const std::string& name, json::object labels,
+                                              std::string* id_out) {
+  lease.add("container", name);
+  json::object body{{"Image", "gpucloud/base:bookworm-2"},
+                    {"Cmd", json::array{"sleep", "3600"}},
+                    {"Labels", std::move(labels)},
+                    {"HostConfig", json::object{{"NetworkMode", "none"}}}};
+  const std::string created = docker_api("POST", "/containers/create?name=" + name, json::serialize(body));
+  if (created.find("\"Id\"") == std::string::npos)
+    return ::testing::AssertionFailure() << "the engine did not create " << name << ": " << created;
+  const std::string started = docker_api("POST", "/containers/" + name + "/start");
+  std::string inspect;
+  auto running = [&] {
+    inspect = docker_api("GET", "/containers/" + name + "/json");
+    return inspect.find("\"Running\":true") != std::string::npos;
+  };
+  if (!wait_until(running, std::chrono::seconds(30), name + " to run"))
+    return ::testing::AssertionFailure() << name << " did not run; start answered '" << started << "'; state: " << inspect;
+  auto v = json::parse(inspect);
+  *id_out = std::string(v.at("Id").as_string());
+  return ::testing::AssertionSuccess();
+}
+
+// What a container's state says, for a failure message.
+std::string container_state(const std::string& name) {
+  boost::system::error_code ec;
+  auto v = json::parse(docker_api("GET", "/containers/" + name + "/json"), ec);
+  if (ec || !v.is_object() || !v.as_object().contains("State")) return "no such container";
+  return json::serialize(v.at("State"));
+}
+
 // A daemon per test, started by the test with the GPUs it counts on (start(gpus)); some kill
 // it with -9 or restart dockerd.
 class InstancesTest : public ::testing::Test {
@@ -448,14 +483,16 @@ TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownCon
   auto running = daemon_->wait_for_state("dies", "running", user_);
   ASSERT_EQ(running.at("state").as_string(), "running");
   // A container gpucloud did not make, and one carrying this installation's label but no record.
+  ResourceLease bare;  // this test's own containers, removed whatever happens
+  struct Clean {
+    ResourceLease& lease;
+    ~Clean() { lease.clean(); }
+  } clean{bare};
   std::string install = daemon_->installation_id();
-  std::string foreign = "gpucloud-it-foreign-" + random_suffix();
-  docker_api("POST", "/containers/create?name=" + foreign, R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"]})");
-  docker_api("POST", "/containers/" + foreign + "/start");
-  std::string stray = "gpucloud-it-stray-" + random_suffix();
-  docker_api("POST", "/containers/create?name=" + stray,
-             R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" + install + R"("}})");
-  docker_api("POST", "/containers/" + stray + "/start");
+  std::string foreign = "gpucloud-it-foreign-" + random_suffix(), foreign_id;
+  ASSERT_TRUE(run_bare_container(bare, foreign, json::object{}, &foreign_id));
+  std::string stray = "gpucloud-it-stray-" + random_suffix(), stray_id;
+  ASSERT_TRUE(run_bare_container(bare, stray, json::object{{"gpucloud.installation", install}}, &stray_id));
 
   int rc = -1;
   const auto killed = std::chrono::steady_clock::now();
@@ -474,7 +511,7 @@ TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownCon
       [&] { return docker_api("GET", "/containers/" + stray + "/json").find("\"Running\":false") != std::string::npos; },
       std::chrono::seconds(30), "the unknown container to be stopped"));
   EXPECT_NE(docker_api("GET", "/containers/" + foreign + "/json").find("\"Running\":true"), std::string::npos)
-      << "a container of no installation is never touched";
+      << "a container of no installation is never touched; its state: " << container_state(foreign);
   // The operator is told, once (later reconciles find it stopped and stay quiet); users are not.
   // A second stray, made now, is stopped by a later reconcile pass: once it is reported, that
   // pass has run too and must not have reported the first one again.
@@ -488,16 +525,8 @@ TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownCon
         ++n;
     return n;
   };
-  auto container_id = [](const std::string& inspect) {
-    auto v = json::parse(inspect);
-    return std::string(v.at("Id").as_string());
-  };
-  std::string stray_id = container_id(docker_api("GET", "/containers/" + stray + "/json"));
-  std::string later = "gpucloud-it-stray-" + random_suffix();
-  docker_api("POST", "/containers/create?name=" + later,
-             R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" + install + R"("}})");
-  docker_api("POST", "/containers/" + later + "/start");
-  std::string later_id = container_id(docker_api("GET", "/containers/" + later + "/json"));
+  std::string later = "gpucloud-it-stray-" + random_suffix(), later_id;
+  ASSERT_TRUE(run_bare_container(bare, later, json::object{{"gpucloud.installation", install}}, &later_id));
   EXPECT_TRUE(wait_until([&] { return unknown_reports(later_id) == 1; }, std::chrono::seconds(30),
                          "a later reconcile pass to report the second stray container"));
   auto reports = daemon_->get("/api/v1/events?limit=1000", admin).json();
@@ -517,7 +546,6 @@ TEST_F(InstancesTest, DOCKER_ROOT_AContainerThatExitsBecomesStoppedAndUnknownCon
   auto users_view = daemon_->get("/api/v1/events?limit=1000", user_).json();
   ASSERT_FALSE(users_view.at("items").as_array().empty()) << "the user sees their instance's events";
   for (const auto& e : users_view.at("items").as_array()) EXPECT_TRUE(e.at("type").as_string().starts_with("instance.")) << e;
-  for (const auto& c : {foreign, stray, later}) docker_api("DELETE", "/containers/" + c + "?force=1");
 }
 
 TEST_F(InstancesTest, DOCKER_ROOT_KillNineAfterTheReservationCommitThenRestartConverges) {
@@ -688,11 +716,13 @@ TEST_F(InstancesTest, DOCKER_ROOT_SERIAL_DockerdRestartKeepsInstancesRunning) {
         "/scripts/start-dockerd.sh >/dev/null 2>&1");
   // A reconcile pass after the restart: it stops a labelled container that has no record, so
   // once this one is stopped a pass has looked at the survivor too.
-  std::string probe = "gpucloud-it-probe-" + random_suffix();
-  docker_api("POST", "/containers/create?name=" + probe,
-             R"({"Image":"gpucloud/base:bookworm-1","Cmd":["sleep","300"],"Labels":{"gpucloud.installation":")" +
-                 daemon_->installation_id() + R"("}})");
-  docker_api("POST", "/containers/" + probe + "/start");
+  ResourceLease bare;
+  struct Clean {
+    ResourceLease& lease;
+    ~Clean() { lease.clean(); }
+  } clean{bare};
+  std::string probe = "gpucloud-it-probe-" + random_suffix(), probe_id;
+  ASSERT_TRUE(run_bare_container(bare, probe, json::object{{"gpucloud.installation", daemon_->installation_id()}}, &probe_id));
   EXPECT_TRUE(wait_until([&] { return docker_api("GET", "/containers/" + probe + "/json").find("\"Running\":false") != std::string::npos; },
                          std::chrono::seconds(30), "a reconcile pass to stop the probe container"));
   docker_api("DELETE", "/containers/" + probe + "?force=1");

@@ -248,7 +248,7 @@ class FlattenTest : public RebuildTest {
 // the image's config survive both.
 TEST_F(FlattenTest, DOCKER_ROOT_ARebuildPastTheLayerBoundFlattensToOneLayer) {
   const std::string base_layers =
-      shell("docker image inspect -f '{{len .RootFS.Layers}}' gpucloud/base:bookworm-1");
+      shell("docker image inspect -f '{{len .RootFS.Layers}}' gpucloud/base:bookworm-2");
   if (base_layers != "1\n") GTEST_SKIP() << "expects a one-layer base image, got " << base_layers;
   auto n = create("n1", 1);
   const std::string id(n.at("id").as_string());

@@ -5,7 +5,8 @@
 // like a remote machine's. The host itself (127.0.0.1) always reaches every declared port
 // (port_rules.h), which is how a test tells "dropped by the group" from "nothing listens".
 //
-// In each instance: python3 http.server on tcp 8888, 9999 and 7777 (a directory listing that
+// In each instance: python3 http.server on tcp 8880 (not 8888: the base image's Jupyter
+// Notebook listens there), 9999 and 7777 (a directory listing that
 // names this test's marker) and a UDP echo on 5353 that prefixes the marker.
 #include <atomic>
 #include <iostream>
@@ -100,7 +101,7 @@ class SecurityGroupsTest : public ::testing::Test {
     int rc = -1;
     std::string out = ssh_run(running, key_,
                               "mkdir -p /tmp/www && touch /tmp/www/" + marker_ +
-                                  " && cd /tmp/www && for p in 8888 9999 7777; do (setsid python3 -m http.server $p "
+                                  " && cd /tmp/www && for p in 8880 9999 7777; do (setsid python3 -m http.server $p "
                                   ">/dev/null 2>&1 </dev/null &); done; (setsid python3 -c \"import socket as k; "
                                   "s=k.socket(k.AF_INET,k.SOCK_DGRAM); s.bind((str(),5353)); [s.sendto(b\\\"" +
                                   marker_ + ":\\\"+d,a) for d,a in iter(lambda: s.recvfrom(2048),None)]\" "
@@ -146,7 +147,7 @@ class SecurityGroupsTest : public ::testing::Test {
   ::testing::AssertionResult servers_up(const json::value& instance) const {
     return wait_until(
         [&] {
-          return host_reaches(host_port(instance, 8888)) &&
+          return host_reaches(host_port(instance, 8880)) &&
                  (host_port(instance, 5353, "udp") == 0 || udp_echo("", "127.0.0.1", host_port(instance, 5353, "udp"), 300ms, marker_));
         },
         20s, "the instance's servers to answer on 127.0.0.1", 100ms);
@@ -163,25 +164,25 @@ class SecurityGroupsTest : public ::testing::Test {
   KeyPair key_;
 };
 
-// Group "web": ssh from anywhere, 8888 from the inside client only, UDP 5353 from the inside
+// Group "web": ssh from anywhere, 8880 from the inside client only, UDP 5353 from the inside
 // client only; 9999 is declared but no rule covers it.
 json::array web_rules(const ClientHost& inside) {
-  return json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8888, inside.cidr()), sg_rule("udp", 5353, 5353, inside.cidr())};
+  return json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8880, inside.cidr()), sg_rule("udp", 5353, 5353, inside.cidr())};
 }
 
 TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
   ASSERT_TRUE(create_group("web", web_rules(*inside_)).is_object());
-  auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
+  auto inst = launch("web-1", "web", json::array{22, 8880, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
-  // 9999 listens (so a failure below is the firewall); its server starts beside 8888's.
+  // 9999 listens (so a failure below is the firewall); its server starts beside 8880's.
   ASSERT_TRUE(wait_until([&] { return host_reaches(host_port(inst, 9999)); }, 20s, "9999 to answer the host", 100ms));
 
   // What the instance says about its ports.
   EXPECT_TRUE(inst.at("security_group").as_string().starts_with("sg-")) << json::serialize(inst);
-  ASSERT_NE(port_entry(inst, 8888), nullptr) << json::serialize(inst);
-  EXPECT_EQ(port_entry(inst, 8888)->at("allowed"), true);
-  EXPECT_EQ(port_entry(inst, 8888)->at("sources"), (json::array{inside_->cidr()}));
+  ASSERT_NE(port_entry(inst, 8880), nullptr) << json::serialize(inst);
+  EXPECT_EQ(port_entry(inst, 8880)->at("allowed"), true);
+  EXPECT_EQ(port_entry(inst, 8880)->at("sources"), (json::array{inside_->cidr()}));
   EXPECT_EQ(port_entry(inst, 9999)->at("allowed"), false);
   EXPECT_EQ(port_entry(inst, 9999)->at("sources"), json::array{});
   EXPECT_EQ(port_entry(inst, 5353, "udp")->at("allowed"), true);
@@ -193,8 +194,8 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
   EXPECT_EQ(ssh_run(inst, key_, "hostname", &rc, {outside_->netns(), outside_->host_ip()}), "web-1\n");
   EXPECT_EQ(rc, 0) << "tcp/22 is open to 0.0.0.0/0";
 
-  EXPECT_TRUE(reaches(*inside_, host_port(inst, 8888)));
-  EXPECT_TRUE(blocked(*outside_, host_port(inst, 8888))) << "a source outside the CIDR is dropped";
+  EXPECT_TRUE(reaches(*inside_, host_port(inst, 8880)));
+  EXPECT_TRUE(blocked(*outside_, host_port(inst, 8880))) << "a source outside the CIDR is dropped";
   EXPECT_TRUE(blocked(*inside_, host_port(inst, 9999))) << "a declared port no rule allows";
   EXPECT_TRUE(udp_reaches(*inside_, host_port(inst, 5353, "udp")));
   EXPECT_FALSE(udp_reaches(*outside_, host_port(inst, 5353, "udp"), kBlockedTimeout));
@@ -204,8 +205,8 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
   auto shown = run_cli({"show", "web-1"}, {{"XDG_CONFIG_HOME", home}, {"HOME", home},
                                            {"GPUCLOUD_ENDPOINT", daemon_->endpoint()}, {"GPUCLOUD_TOKEN", user_}});
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
-  EXPECT_NE(shown.out.find("8888/tcp → "), std::string::npos) << shown.out;
-  EXPECT_NE(shown.out.find(":" + std::to_string(host_port(inst, 8888)) + "  allowed from " + inside_->cidr()),
+  EXPECT_NE(shown.out.find("8880/tcp → "), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find(":" + std::to_string(host_port(inst, 8880)) + "  allowed from " + inside_->cidr()),
             std::string::npos)
       << shown.out;
   EXPECT_NE(shown.out.find(":" + std::to_string(host_port(inst, 9999)) + "  not allowed by sg web"), std::string::npos)
@@ -214,7 +215,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_AllowedPortsConnectOthersAreDropped) {
 
 TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoSeconds) {
   ASSERT_TRUE(create_group("web", web_rules(*inside_)).is_object());
-  auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
+  auto inst = launch("web-1", "web", json::array{22, 8880, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
   const int port = host_port(inst, 9999);
@@ -237,7 +238,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_ARuleAddedOrRemovedByPutAppliesWithinTwoS
   ASSERT_EQ(put.status, 200) << put.body;
   EXPECT_TRUE(wait_until([&] { return blocked(*inside_, port); }, kApplyDeadline, "9999 to close", 20ms));
   std::cout << "[ closed   ] seen within " << ms_since(start) << " ms of the PUT\n";
-  EXPECT_TRUE(reaches(*inside_, host_port(inst, 8888))) << "the other rules stay";
+  EXPECT_TRUE(reaches(*inside_, host_port(inst, 8880))) << "the other rules stay";
 
   // An IPv6 source shows in the port's sources, does not make it `allowed`, and opens nothing
   // to IPv4 clients. The same PUT opens UDP 5353 to the outside client: that it becomes
@@ -265,14 +266,14 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
   json::array rules = web_rules(*inside_);
   rules.push_back(sg_rule("tcp", 7000, 7999, inside_->cidr()));
   ASSERT_TRUE(create_group("web", rules).is_object());
-  ASSERT_TRUE(create_group("other", json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8888, outside_->cidr())}).is_object());
-  auto inst = launch("web-1", "web", json::array{22, 8888});
+  ASSERT_TRUE(create_group("other", json::array{tcp_rule(22, "0.0.0.0/0"), tcp_rule(8880, outside_->cidr())}).is_object());
+  auto inst = launch("web-1", "web", json::array{22, 8880});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
 
   // A port declared while it runs is published and, covered by the 7000-7999 rule, reached.
   auto start = std::chrono::steady_clock::now();
-  auto patched = daemon_->request("PATCH", "/api/v1/instances/web-1", R"({"ports": [22, 8888, {"port": 7777, "protocol": "tcp"}]})",
+  auto patched = daemon_->request("PATCH", "/api/v1/instances/web-1", R"({"ports": [22, 8880, {"port": 7777, "protocol": "tcp"}]})",
                                   user_);
   ASSERT_EQ(patched.status, 200) << patched.body;
   const int port = host_port(patched.json(), 7777);
@@ -281,11 +282,11 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
   std::cout << "[ published] seen within " << ms_since(start) << " ms of the PATCH\n";
   EXPECT_TRUE(blocked(*outside_, port));
 
-  // Another group: 8888 now from the outside client only.
+  // Another group: 8880 now from the outside client only.
   start = std::chrono::steady_clock::now();
   patched = daemon_->request("PATCH", "/api/v1/instances/web-1", R"({"security_group": "other"})", user_);
   ASSERT_EQ(patched.status, 200) << patched.body;
-  const int web = host_port(inst, 8888);
+  const int web = host_port(inst, 8880);
   EXPECT_TRUE(wait_until([&] { return reaches(*outside_, web, 300ms) && blocked(*inside_, web); }, kApplyDeadline,
                          "the new group's rules", 20ms));
   std::cout << "[ regrouped] seen within " << ms_since(start) << " ms of the PATCH\n";
@@ -294,7 +295,7 @@ TEST_F(SecurityGroupsTest, DOCKER_ROOT_PortsAndGroupChangedByPatchApplyLive) {
 
 // What the fixture's clients get from an instance of web_rules: the answers that must not change.
 struct TrafficAnswers {
-  bool inside_8888, outside_8888, inside_9999, inside_udp, outside_udp;
+  bool inside_8880, outside_8880, inside_9999, inside_udp, outside_udp;
   bool operator==(const TrafficAnswers&) const = default;
 };
 constexpr TrafficAnswers kExpectedAnswers{true, false, false, true, false};
@@ -302,16 +303,16 @@ constexpr TrafficAnswers kExpectedAnswers{true, false, false, true, false};
 class SecurityGroupsRestartTest : public SecurityGroupsTest {
  protected:
   TrafficAnswers answers(const json::value& inst) const {
-    return {reaches(*inside_, host_port(inst, 8888)), !blocked(*outside_, host_port(inst, 8888)),
+    return {reaches(*inside_, host_port(inst, 8880)), !blocked(*outside_, host_port(inst, 8880)),
             !blocked(*inside_, host_port(inst, 9999)), udp_reaches(*inside_, host_port(inst, 5353, "udp")),
             udp_reaches(*outside_, host_port(inst, 5353, "udp"), kBlockedTimeout)};
   }
 
-  // Keeps trying what the group blocks (9999 and outside→8888, tcp and udp) until stopped;
+  // Keeps trying what the group blocks (9999 and outside→8880, tcp and udp) until stopped;
   // counts what got through: a TCP handshake that completes at all (not only a full answer
   // within a short time, which a loaded machine could miss), a UDP echo within 500 ms.
   void start_prober(const json::value& inst) {
-    prober_ = std::thread([this, blocked_tcp = host_port(inst, 9999), web = host_port(inst, 8888),
+    prober_ = std::thread([this, blocked_tcp = host_port(inst, 9999), web = host_port(inst, 8880),
                            udp = host_port(inst, 5353, "udp")] {
       while (!stop_) {
         leaks_ += handshake(*inside_, blocked_tcp, 300ms);
@@ -336,14 +337,14 @@ class SecurityGroupsRestartTest : public SecurityGroupsTest {
 
 ::testing::AssertionResult same_answers(const TrafficAnswers& got) {
   if (got == kExpectedAnswers) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "inside→8888 " << got.inside_8888 << ", outside→8888 " << got.outside_8888
+  return ::testing::AssertionFailure() << "inside→8880 " << got.inside_8880 << ", outside→8880 " << got.outside_8880
                                        << ", inside→9999 " << got.inside_9999 << ", inside→udp " << got.inside_udp
                                        << ", outside→udp " << got.outside_udp;
 }
 
 TEST_F(SecurityGroupsRestartTest, DOCKER_ROOT_SameAnswersAfterADaemonRestart) {
   ASSERT_TRUE(create_group("web", web_rules(*inside_)).is_object());
-  auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
+  auto inst = launch("web-1", "web", json::array{22, 8880, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
   ASSERT_TRUE(same_answers(answers(inst)));
@@ -363,7 +364,7 @@ TEST_F(SecurityGroupsRestartTest, DOCKER_ROOT_SERIAL_SameAnswersAfterDaemonAndDo
   GPUCLOUD_NEED("dockerd-restart", shell("test -f /var/run/gpucloud/dockerd.pid && echo ours") == "ours\n",
                 "dockerd was not started by scripts/start-dockerd.sh; not restarting someone else's engine");
   ASSERT_TRUE(create_group("web", web_rules(*inside_)).is_object());
-  auto inst = launch("web-1", "web", json::array{22, 8888, 9999, "5353/udp"});
+  auto inst = launch("web-1", "web", json::array{22, 8880, 9999, "5353/udp"});
   ASSERT_TRUE(is_running(inst)) << json::serialize(inst);
   ASSERT_TRUE(servers_up(inst));
   ASSERT_TRUE(same_answers(answers(inst)));
@@ -394,7 +395,7 @@ TEST(SecurityGroupCli, CreateListShowSetAndRmThroughTheRealServer) {
   const std::map<std::string, std::string> env{
       {"XDG_CONFIG_HOME", home}, {"HOME", home}, {"GPUCLOUD_ENDPOINT", daemon.endpoint()}, {"GPUCLOUD_TOKEN", token}};
 
-  auto created = run_cli({"sg", "create", "web", "--allow", "tcp:22", "--allow", "tcp:8888@10.1.2.3/8", "--allow",
+  auto created = run_cli({"sg", "create", "web", "--allow", "tcp:22", "--allow", "tcp:8880@10.1.2.3/8", "--allow",
                           "udp:60000-60010@2001:DB8::1/32", "--description", "notebooks"},
                          env);
   ASSERT_EQ(created.exit_code, 0) << created.err;

@@ -18,6 +18,9 @@ struct GpuDevice {
   std::string pci_bus_id;     // "00000000:3B:00.0"; empty for a simulated GPU
   std::string health = "ok";  // "ok", or why not ("nvmlDeviceGetUUID: GPU is lost")
   bool simulated = false;
+  // The device node's minor number (/dev/nvidia<minor>): NVML's nvmlDeviceGetMinorNumber;
+  // a simulated GPU's index (a fake driver tree's nodes are nvidia0..N-1). -1: unknown.
+  int minor = -1;
 
   bool healthy() const { return health == "ok"; }
   bool operator==(const GpuDevice&) const = default;
@@ -32,6 +35,13 @@ struct GpuSample {
   std::int64_t memory_total_bytes = 0;
 };
 
+// A compute process on a GPU and the device memory it holds (NVML's
+// nvmlDeviceGetComputeRunningProcesses; pid as the host sees it).
+struct GpuProcess {
+  unsigned pid = 0;
+  std::int64_t used_bytes = 0;  // 0 where NVML cannot tell (NVML_VALUE_NOT_AVAILABLE)
+};
+
 class GpuInventorySource {
  public:
   virtual ~GpuInventorySource() = default;
@@ -43,6 +53,11 @@ class GpuInventorySource {
   virtual Result<GpuSample> sample(int index) = 0;
   // "nvml" or "simulated": shown to operators, and decides whether devices are injected.
   virtual std::string_view kind() const = 0;
+  // The compute processes on the device at `index`; unavailable where the source cannot tell.
+  virtual Result<std::vector<GpuProcess>> processes(int index) {
+    (void)index;
+    return fail(ErrorCode::unavailable, "this GPU source lists no processes");
+  }
 };
 
 }  // namespace gpucloud::gpu

@@ -132,6 +132,27 @@ nvml::Api fake_api() {
     u->memory = 40;
     return nvml::kSuccess;
   };
+  // Device 0 runs three processes (one whose memory NVML cannot tell); asked with too little
+  // room, it says how many.
+  api.device_get_compute_running_processes = [](nvml::Device d, unsigned* count, nvml::ProcessInfo* infos) {
+    if (index_of(d) != 0) {
+      *count = 0;
+      return nvml::kSuccess;
+    }
+    if (*count < 3) {
+      *count = 3;
+      return nvml::kErrorInsufficientSize;
+    }
+    infos[0] = {4242, 1ULL << 30, 0, 0};
+    infos[1] = {4343, 512ULL << 20, 0, 0};
+    infos[2] = {4444, nvml::kValueNotAvailable, 0, 0};
+    *count = 3;
+    return nvml::kSuccess;
+  };
+  api.device_get_minor_number = [](nvml::Device d, unsigned* minor) {
+    *minor = 4 + static_cast<unsigned>(index_of(d));  // minors need not follow NVML's order
+    return nvml::kSuccess;
+  };
   return api;
 }
 
@@ -156,6 +177,18 @@ TEST_F(FakeNvmlTest, DevicesWithFailedQueriesReportTheErrorAsHealth) {
     EXPECT_EQ(good.pci_bus_id, "00000000:3B:00.0");
     EXPECT_EQ(good.health, "ok");
     EXPECT_FALSE(good.simulated);
+    EXPECT_EQ(good.minor, 4) << "nvmlDeviceGetMinorNumber: the node /dev/nvidia4";
+
+    auto procs = nvml.processes(0);
+    ASSERT_TRUE(procs) << procs.error().detail;
+    ASSERT_EQ(procs->size(), 3u);
+    EXPECT_EQ((*procs)[0].pid, 4242u);
+    EXPECT_EQ((*procs)[0].used_bytes, std::int64_t{1} << 30);
+    EXPECT_EQ((*procs)[1].used_bytes, std::int64_t{512} << 20);
+    EXPECT_EQ((*procs)[2].used_bytes, 0) << "NVML_VALUE_NOT_AVAILABLE counts as 0";
+    auto none = nvml.processes(1);
+    ASSERT_TRUE(none);
+    EXPECT_TRUE(none->empty());
 
     const GpuDevice& lost = (*devices)[1];
     EXPECT_EQ(lost.index, 1);
@@ -228,6 +261,7 @@ TEST(SimulatedInventoryTest, DevicesFromConfigWithStableUuids) {
     EXPECT_EQ(d.health, "ok");
     EXPECT_TRUE(simulated_uuid_shape(d.uuid)) << d.uuid;
     EXPECT_EQ(d.uuid, simulated_gpu_uuid("node-1", i));
+    EXPECT_EQ(d.minor, i) << "a simulated GPU's node is nvidia<index>";
     EXPECT_EQ(d.model, i < 8 ? "RTX 4090" : "A100");
     EXPECT_EQ(d.memory_bytes, (i < 8 ? std::int64_t{24} : std::int64_t{80}) << 30);
   }

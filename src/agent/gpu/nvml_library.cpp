@@ -69,6 +69,9 @@ Status NvmlLibrary::open() {
     need("nvmlDeviceGetMemoryInfo", api.device_get_memory_info);
     resolve(handle_, "nvmlDeviceGetUtilizationRates", api.device_get_utilization_rates);
     resolve(handle_, "nvmlSystemGetDriverVersion", api.system_get_driver_version);
+    resolve(handle_, "nvmlDeviceGetMinorNumber", api.device_get_minor_number);
+    if (!resolve(handle_, "nvmlDeviceGetComputeRunningProcesses_v3", api.device_get_compute_running_processes))
+      resolve(handle_, "nvmlDeviceGetComputeRunningProcesses_v2", api.device_get_compute_running_processes);
     if (missing != nullptr) {
       // Not NVML (or a stub too old to use): let go of it so a later try starts clean.
       dlclose(handle_);
@@ -139,6 +142,11 @@ Result<GpuDevice> NvmlLibrary::device(unsigned index) const {
     if (d.pci_bus_id.empty())
       d.pci_bus_id = from_buffer(pci.bus_id_legacy, sizeof pci.bus_id_legacy);
   }
+  // The node's minor number (/dev/nvidia<minor>), for built-in injection; not a health matter.
+  if (api_.device_get_minor_number != nullptr) {
+    unsigned minor = 0;
+    if (api_.device_get_minor_number(dev, &minor) == nvml::kSuccess) d.minor = static_cast<int>(minor);
+  }
   return d;
 }
 
@@ -182,6 +190,35 @@ Result<GpuSample> NvmlLibrary::sample(unsigned index) const {
   return out;
 }
 
+Result<std::vector<GpuProcess>> NvmlLibrary::processes(unsigned index) const {
+  if (auto s = require_open(); !s) return fail(s.error());
+  if (api_.device_get_compute_running_processes == nullptr) {
+    return fail(Error{ErrorCode::unavailable, "nvmlDeviceGetComputeRunningProcesses: not provided by " + path_, {}, 0});
+  }
+  nvml::Device dev = nullptr;
+  if (auto rc = api_.device_get_handle_by_index(index, &dev); rc != nvml::kSuccess) {
+    return fail(call_error("nvmlDeviceGetHandleByIndex_v2", rc));
+  }
+  // Asked with room for what it said plus a margin: processes may start between two calls.
+  std::vector<nvml::ProcessInfo> infos(16);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned count = static_cast<unsigned>(infos.size());
+    auto rc = api_.device_get_compute_running_processes(dev, &count, infos.data());
+    if (rc == nvml::kErrorInsufficientSize) {
+      infos.resize(static_cast<std::size_t>(count) + 16);
+      continue;
+    }
+    if (rc != nvml::kSuccess) return fail(call_error("nvmlDeviceGetComputeRunningProcesses", rc));
+    std::vector<GpuProcess> out;
+    for (unsigned i = 0; i < count && i < infos.size(); ++i) {
+      const auto used = infos[i].used_gpu_memory;
+      out.push_back({infos[i].pid, used == nvml::kValueNotAvailable ? 0 : static_cast<std::int64_t>(used)});
+    }
+    return out;
+  }
+  return fail(Error{ErrorCode::unavailable, "nvmlDeviceGetComputeRunningProcesses: the list kept growing", {}, 0});
+}
+
 Result<std::string> NvmlLibrary::driver_version() const {
   if (auto s = require_open(); !s) return fail(s.error());
   if (api_.system_get_driver_version == nullptr) {
@@ -214,6 +251,12 @@ Result<GpuSample> NvmlInventory::sample(int index) {
   if (index < 0) return fail(ErrorCode::invalid_argument, "GPU index must not be negative");
   if (auto s = ensure_open(); !s) return fail(s.error());
   return library_->sample(static_cast<unsigned>(index));
+}
+
+Result<std::vector<GpuProcess>> NvmlInventory::processes(int index) {
+  if (index < 0) return fail(ErrorCode::invalid_argument, "GPU index must not be negative");
+  if (auto s = ensure_open(); !s) return fail(s.error());
+  return library_->processes(static_cast<unsigned>(index));
 }
 
 }  // namespace gpucloud::gpu

@@ -50,6 +50,17 @@ struct Memory {  // nvmlMemory_t (v1)
   unsigned long long used;
 };
 
+inline constexpr Return kErrorInsufficientSize = 7;
+inline constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
+
+struct ProcessInfo {  // nvmlProcessInfo_t (v2), as _v2 and _v3 of GetComputeRunningProcesses fill it
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+static_assert(sizeof(ProcessInfo) == 24, "nvmlProcessInfo_t layout");
+
 struct Utilization {  // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
@@ -69,6 +80,9 @@ struct Api {
   // Optional: metrics and the probe degrade without them.
   Return (*device_get_utilization_rates)(Device, Utilization*) = nullptr;
   Return (*system_get_driver_version)(char*, unsigned int) = nullptr;
+  Return (*device_get_minor_number)(Device, unsigned int*) = nullptr;  // nvmlDeviceGetMinorNumber
+  // nvmlDeviceGetComputeRunningProcesses_v3, else _v2 (same struct)
+  Return (*device_get_compute_running_processes)(Device, unsigned int*, ProcessInfo*) = nullptr;
 };
 
 }  // namespace nvml
@@ -98,6 +112,8 @@ class NvmlLibrary {
   Result<std::vector<GpuDevice>> devices() const;
   Result<GpuSample> sample(unsigned index) const;
   Result<std::string> driver_version() const;
+  // The compute processes on the device and the memory each holds.
+  Result<std::vector<GpuProcess>> processes(unsigned index) const;
 
  private:
   Error call_error(std::string_view call, nvml::Return rc) const;
@@ -121,6 +137,7 @@ class NvmlInventory : public GpuInventorySource {
   Result<std::vector<GpuDevice>> discover() override;
   Result<GpuSample> sample(int index) override;
   std::string_view kind() const override { return "nvml"; }
+  Result<std::vector<GpuProcess>> processes(int index) override;
 
  private:
   Status ensure_open();

@@ -70,6 +70,7 @@ Result<std::vector<GpuDevice>> SimulatedInventory::discover() {
     for (int i = 0; i < s.count; ++i) {
       GpuDevice d;
       d.index = static_cast<int>(out.size());
+      d.minor = d.index;
       d.uuid = simulated_gpu_uuid(host_name_, d.index);
       d.model = s.model;
       d.memory_bytes = s.memory_gib * kGiB;

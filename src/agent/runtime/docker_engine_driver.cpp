@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -23,7 +24,9 @@
 #include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 
+#include "agent/runtime/btrfs_qgroup_usage.h"
 #include "agent/runtime/engine_pipe.h"
+#include "core/offload.h"
 #include "core/units.h"
 
 namespace gpucloud::agent {
@@ -114,6 +117,12 @@ ContainerStatus parse_container(const json::value& v) {
   s.nano_cpus = int_at(host, "NanoCpus");
   s.memory_bytes = int_at(host, "Memory");
   s.network_mode = string_at(host, "NetworkMode");
+  if (const auto* mounts = root ? root->if_contains("Mounts") : nullptr; mounts && mounts->is_array()) {
+    for (const auto& m : mounts->as_array()) {
+      std::string target = string_at(m.if_object(), "Destination");
+      if (!target.empty()) s.mount_targets.push_back(std::move(target));
+    }
+  }
   // A stopped container has no IPAddress; its fixed address is still in IPAMConfig.
   if (const auto* networks = object_at(object_at(root, "NetworkSettings"), "Networks")) {
     for (const auto& [name, net] : *networks) {
@@ -295,6 +304,11 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
       return invalid("GPU UUID '" + uuid + "' is not valid");
     }
   }
+  for (const auto& d : spec.devices) {
+    if (d.path_on_host.empty() || d.path_on_host.front() != '/' || !d.path_in_container.starts_with("/dev/")) {
+      return invalid("device " + d.path_on_host + " -> " + d.path_in_container + " is not a device path");
+    }
+  }
 
   CreatedContainer adjusted;
   // The engine refuses a CPU limit above the host's cores; cap it and say so.
@@ -375,7 +389,16 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
     host["Ulimits"] = json::array{json::object{
         {"Name", "nofile"}, {"Soft", adjusted.nofile_limit}, {"Hard", adjusted.nofile_limit}}};
   }
-  if (!spec.gpu_uuids.empty()) {
+  if (!spec.devices.empty()) {
+    json::array devices;
+    for (const auto& d : spec.devices) {
+      devices.emplace_back(json::object{{"PathOnHost", d.path_on_host},
+                                        {"PathInContainer", d.path_in_container},
+                                        {"CgroupPermissions", "rwm"}});
+    }
+    host["Devices"] = std::move(devices);
+  }
+  if (!spec.gpu_uuids.empty() && spec.gpu_device_request) {
     host["DeviceRequests"] = json::array{json::object{
         {"Driver", "nvidia"},
         {"DeviceIDs", string_array(spec.gpu_uuids)},
@@ -394,7 +417,8 @@ Result<DockerEngineDriver::CreatePlan> DockerEngineDriver::plan_create(
   // A joined container's sysctl is written into the joined namespace (the holder's, which
   // has it already).
   host["Sysctls"] = json::object{{"net.ipv4.ping_group_range", "0 2147483647"}};
-  // Deliberately absent: CapAdd, Devices, SecurityOpt (the default seccomp profile stays),
+  // Deliberately absent: CapAdd, SecurityOpt (the default seccomp profile stays), Devices
+  // beyond the instance's own GPUs' nodes (builtin GPU injection),
   // PidMode/IpcMode/NetworkMode "host", PortBindings (gpucloud publishes with nftables).
 
   json::object body;
@@ -448,7 +472,23 @@ awaitable<Result<std::int64_t>> DockerEngineDriver::system_disk_used(std::string
   if (!res) co_return fail(std::move(res.error()));
   const json::object* o = res->if_object();
   if (o == nullptr || !o->contains("SizeRw")) co_return fail(ErrorCode::unavailable, "the engine reported no SizeRw");
-  co_return int_at(o, "SizeRw");
+  const std::int64_t size_rw = int_at(o, "SizeRw");
+  if (size_rw >= 0) co_return size_rw;
+  // -1: the engine could not measure. On btrfs with simple quotas that is every container at
+  // its limit (the engine re-applies the limit on inspect, which a full qgroup refuses):
+  // the subvolume's own quota group says what it holds.
+  auto layer = co_await layer_dir(std::move(id));
+  if (!layer) co_return fail(std::move(layer.error()));
+  if (layer->storage_driver != "btrfs")
+    co_return fail(ErrorCode::unavailable, "the engine could not measure the container (SizeRw -1)");
+  auto read_usage = [dir = layer->dir, mount_id_file = layer->mount_id_file]() -> Result<std::int64_t> {
+    std::ifstream in(mount_id_file);
+    std::string mount_id;
+    if (!(in >> mount_id) || mount_id.find('/') != std::string::npos || mount_id.find("..") != std::string::npos)
+      return fail(ErrorCode::unavailable, "no layer mount id in " + mount_id_file);
+    return btrfs_subvolume_usage(dir + "/" + mount_id);
+  };
+  co_return co_await offload<Result<std::int64_t>>(blocking_.get_executor(), std::move(read_usage));
 }
 
 awaitable<Result<NetworkInfo>> DockerEngineDriver::ensure_network(NetworkSpec spec) {
@@ -571,8 +611,11 @@ awaitable<Result<std::optional<ImageInfo>>> DockerEngineDriver::image_inspect(st
   info.id = string_at(&doc.as_object(), "Id");
   info.size_bytes = int_at(&doc.as_object(), "Size");
   if (const auto* rootfs = object_at(&doc.as_object(), "RootFS"))
-    if (const auto* layers = rootfs->if_contains("Layers"); layers && layers->is_array())
+    if (const auto* layers = rootfs->if_contains("Layers"); layers && layers->is_array()) {
       info.layers = static_cast<int>(layers->as_array().size());
+      for (const auto& l : layers->as_array())
+        if (l.is_string()) info.diff_ids.emplace_back(l.as_string());
+    }
   co_return std::optional<ImageInfo>{std::move(info)};
 }
 
@@ -1045,6 +1088,134 @@ awaitable<Result<std::vector<std::string>>> DockerEngineDriver::list_images(std:
 awaitable<Status> DockerEngineDriver::remove_image(std::string ref) {
   std::string target = "/images/" + url_encode(ref);
   co_return co_await expect(engine_, Method::del, std::move(target), std::nullopt, 404);
+}
+
+// ---- save-image's parts (image_saver.h) -----------------------------------------------------
+
+awaitable<Status> DockerEngineDriver::pause(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/pause";
+  auto res = co_await engine_.request(Method::post, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status >= 200 && res->status < 300) co_return ok();
+  // Paused already: the engine answers 409 "... is already paused".
+  if (res->status == 409 && res->body.find("already paused") != std::string::npos) co_return ok();
+  co_return fail(docker::engine_error(res->status, res->body));
+}
+
+awaitable<Status> DockerEngineDriver::unpause(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/unpause";
+  auto res = co_await engine_.request(Method::post, std::move(target));
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status >= 200 && res->status < 300) co_return ok();
+  if (res->status == 409 && res->body.find("not paused") != std::string::npos) co_return ok();
+  co_return fail(docker::engine_error(res->status, res->body));
+}
+
+awaitable<Result<std::vector<FileChange>>> DockerEngineDriver::changes(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/changes";
+  const std::chrono::milliseconds timeout = std::chrono::minutes(10);  // a naive diff walks both trees
+  auto res = co_await engine_.call(Method::get, std::move(target), std::nullopt, timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  std::vector<FileChange> out;
+  if (const auto* list = res->if_array()) {
+    out.reserve(list->size());
+    for (const auto& entry : *list) {
+      const auto* o = entry.if_object();
+      FileChange c;
+      c.path = string_at(o, "Path");
+      const auto kind = int_at(o, "Kind");
+      if (c.path.empty() || kind < 0 || kind > 2) co_return fail(ErrorCode::internal, "docker engine: a change without path or kind");
+      c.kind = static_cast<ChangeKind>(kind);
+      out.push_back(std::move(c));
+    }
+  }
+  co_return out;
+}
+
+awaitable<Result<ContainerLayerDir>> DockerEngineDriver::layer_dir(std::string id) {
+  std::string target = "/containers/" + url_encode(id) + "/json";
+  auto container = co_await engine_.call(Method::get, std::move(target));
+  if (!container) co_return fail(std::move(container.error()));
+  const auto* graph = object_at(container->if_object(), "GraphDriver");
+  ContainerLayerDir out;
+  out.storage_driver = string_at(graph, "Name");
+  if (out.storage_driver == "overlay2") {
+    out.dir = string_at(object_at(graph, "Data"), "UpperDir");
+    if (out.dir.empty()) co_return fail(ErrorCode::unavailable, "docker engine: overlay2 container without UpperDir");
+    // Without the native diff (redirect_dir or metacopy on), the upper dir may lack a changed
+    // file's data: it is not read then.
+    auto info = co_await engine_.call(Method::get, "/info");
+    if (!info) co_return fail(std::move(info.error()));
+    bool native = false;
+    if (const auto* status = info->if_object() ? info->as_object().if_contains("DriverStatus") : nullptr; status && status->is_array()) {
+      for (const auto& pair : status->as_array()) {
+        const auto* kv = pair.if_array();
+        if (kv && kv->size() == 2 && (*kv)[0] == "Native Overlay Diff" && (*kv)[1] == "true") native = true;
+      }
+    }
+    if (!native) co_return fail(ErrorCode::unavailable, "overlay2 without the native diff: the upper dir is not read");
+    out.walk_upper = true;
+    co_return out;
+  }
+  if (out.storage_driver == "btrfs") {
+    // The subvolume is named by the layer's mount id (not the container id), which only the
+    // engine's layer database records.
+    auto info = co_await engine_.call(Method::get, "/info");
+    if (!info) co_return fail(std::move(info.error()));
+    const std::string root = string_at(info->if_object(), "DockerRootDir");
+    const std::string full_id = string_at(container->if_object(), "Id");
+    if (root.empty() || full_id.empty()) co_return fail(ErrorCode::unavailable, "docker engine: no DockerRootDir or Id");
+    out.dir = root + "/btrfs/subvolumes";
+    out.mount_id_file = root + "/image/btrfs/layerdb/mounts/" + full_id + "/mount-id";
+    co_return out;
+  }
+  co_return fail(ErrorCode::unavailable, "the engine's storage driver " + out.storage_driver + " is not read directly");
+}
+
+awaitable<Result<SaveBase>> DockerEngineDriver::save_base(std::string id, std::map<std::string, std::string> labels) {
+  auto config = co_await parent_config(id, std::move(labels), false);
+  if (!config) co_return fail(std::move(config.error()));
+  std::string container_target = "/containers/" + url_encode(id) + "/json";
+  auto container = co_await engine_.call(Method::get, std::move(container_target));
+  if (!container) co_return fail(std::move(container.error()));
+  SaveBase out;
+  out.image_id = string_at(container->if_object(), "Image");
+  std::string image_target = "/images/" + url_encode(out.image_id) + "/json";
+  auto image = co_await engine_.call(Method::get, std::move(image_target));
+  if (!image) co_return fail(std::move(image.error()));
+  const auto* o = image->if_object();
+  out.config = std::move(*config);
+  out.architecture = string_at(o, "Architecture");
+  out.os = string_at(o, "Os");
+  out.variant = string_at(o, "Variant");
+  out.created = string_at(o, "Created");
+  if (const auto* rootfs = object_at(o, "RootFS")) {
+    if (const auto* layers = rootfs->if_contains("Layers"); layers && layers->is_array())
+      for (const auto& l : layers->as_array())
+        if (l.is_string()) out.diff_ids.emplace_back(l.as_string());
+  }
+  if (out.os.empty()) out.os = "linux";
+  if (out.architecture.empty()) co_return fail(ErrorCode::internal, "docker engine: image " + out.image_id + " has no Architecture");
+  co_return out;
+}
+
+awaitable<Result<std::string>> DockerEngineDriver::load_image(BodySource source, std::chrono::milliseconds timeout) {
+  std::string target = "/images/load?quiet=1";
+  std::string tar_type = "application/x-tar";
+  auto res = co_await docker::post_streamed(engine_.executor(), engine_.options(), std::move(target), std::move(tar_type),
+                                            std::move(source), timeout);
+  if (!res) co_return fail(std::move(res.error()));
+  if (res->status < 200 || res->status >= 300) co_return fail(docker::engine_error(res->status, res->body));
+  auto messages = docker::parse_message_stream(res->body);
+  if (!messages) co_return fail(std::move(messages.error()));
+  std::string loaded;
+  for (const auto& m : *messages) {
+    const std::string stream = string_at(m.if_object(), "stream");
+    if (stream.starts_with("Loaded image")) loaded = stream;
+  }
+  while (!loaded.empty() && (loaded.back() == '\n' || loaded.back() == ' ')) loaded.pop_back();
+  if (loaded.empty()) co_return fail(ErrorCode::internal, "docker engine: the load answered no loaded image: " + res->body.substr(0, 300));
+  co_return loaded;
 }
 
 }  // namespace gpucloud::agent

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -93,6 +94,16 @@ class DockerEngineDriver final : public RuntimeDriver {
       std::string id, std::string repo, std::string tag,
       std::map<std::string, std::string> labels) override;
 
+  // Save-image's parts (image_saver.h): POST pause/unpause, GET changes, the container's own
+  // files on the host (overlay2's upper dir, btrfs's subvolume), its base's config and layers,
+  // POST /images/load streamed.
+  boost::asio::awaitable<Status> pause(std::string id) override;
+  boost::asio::awaitable<Status> unpause(std::string id) override;
+  boost::asio::awaitable<Result<std::vector<FileChange>>> changes(std::string id) override;
+  boost::asio::awaitable<Result<ContainerLayerDir>> layer_dir(std::string id) override;
+  boost::asio::awaitable<Result<SaveBase>> save_base(std::string id, std::map<std::string, std::string> labels) override;
+  boost::asio::awaitable<Result<std::string>> load_image(BodySource source, std::chrono::milliseconds timeout) override;
+
   // The `changes` (Dockerfile instructions) an import needs to carry an image config:
   // ENV, CMD, ENTRYPOINT, WORKDIR, USER, LABEL. Pure, public for tests.
   static std::vector<std::string> import_changes(const boost::json::object& image_config);
@@ -108,6 +119,7 @@ class DockerEngineDriver final : public RuntimeDriver {
 
   docker::EngineClient engine_;
   Options options_;
+  boost::asio::thread_pool blocking_{1};  // reads off the event loop (system_disk_used's btrfs fallback)
 };
 
 }  // namespace gpucloud::agent

@@ -182,6 +182,41 @@ TEST(DockerEngineDriverPlan, NetworkHolderDropsEveryCapabilityAndMountsNothing) 
             "10.200.0.7");
 }
 
+TEST(DockerEngineDriverPlan, BuiltinGpuInjectionSendsDevicesAndNoDeviceRequest) {
+  ContainerSpec spec;
+  spec.name = "gpucloud-x-i1";
+  spec.image = "gpucloud/base:bookworm-1";
+  spec.gpu_uuids = {"GPU-aaaa"};
+  auto toolkit = plan_for(spec);
+  ASSERT_TRUE(toolkit) << toolkit.error().detail;
+  EXPECT_TRUE(toolkit->body.at("HostConfig").as_object().contains("DeviceRequests"));
+  EXPECT_FALSE(toolkit->body.at("HostConfig").as_object().contains("Devices"));
+
+  spec.gpu_device_request = false;
+  spec.devices = {{"/tmp/fake-dev/nvidia3", "/dev/nvidia3"}, {"/tmp/fake-dev/nvidiactl", "/dev/nvidiactl"}};
+  auto builtin = plan_for(spec);
+  ASSERT_TRUE(builtin) << builtin.error().detail;
+  const auto& host = builtin->body.at("HostConfig").as_object();
+  EXPECT_FALSE(host.contains("DeviceRequests"));
+  const auto& devices = host.at("Devices").as_array();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].at("PathOnHost"), "/tmp/fake-dev/nvidia3");
+  EXPECT_EQ(devices[0].at("PathInContainer"), "/dev/nvidia3");
+  EXPECT_EQ(devices[0].at("CgroupPermissions"), "rwm");
+  bool visible = false;
+  for (const auto& e : builtin->body.at("Env").as_array()) visible |= e.as_string() == "NVIDIA_VISIBLE_DEVICES=GPU-aaaa";
+  EXPECT_TRUE(visible);
+
+  spec.devices = {{"/tmp/fake-dev/nvidia3", "/etc/passwd"}};
+  EXPECT_FALSE(plan_for(spec)) << "a device goes under /dev only";
+  spec.devices.clear();
+  spec.gpu_uuids.clear();
+  auto none = plan_for(spec);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->body.at("HostConfig").as_object().contains("Devices"));
+  EXPECT_FALSE(none->body.at("HostConfig").as_object().contains("DeviceRequests"));
+}
+
 // The event stream: JSON lines in chunks that cut lines anywhere; only container events count.
 TEST(DockerEngineDriverEvents, WatchReadsEventsAcrossChunksAndSendsTheFilter) {
   const std::string die =

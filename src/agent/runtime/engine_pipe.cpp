@@ -1,5 +1,7 @@
 #include "agent/runtime/engine_pipe.h"
 
+#include <functional>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/redirect_error.hpp>
@@ -61,6 +63,31 @@ awaitable<Result<EngineResponse>> pipe_between(net::any_io_executor executor, En
     co_return fail(engine_error(from.get().result_int(), message));
   }
 
+  // The body, piece by piece, into the sink's chunked POST.
+  std::function<awaitable<Result<std::string_view>>()> next = [&]() -> awaitable<Result<std::string_view>> {
+    while (!from.is_done()) {
+      from.get().body().data = piece.data();
+      from.get().body().size = piece.size();
+      co_await http::async_read(source, source_buffer, from, redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return fail(pipe_error("reading " + source_target, ec));
+      const std::size_t n = piece.size() - from.get().body().size;
+      if (n > 0) co_return std::string_view(piece.data(), n);
+    }
+    co_return std::string_view();
+  };
+  auto out = co_await post_streamed(executor, options, sink_target, sink_content_type, next, timeout);
+  boost::system::error_code ignored;
+  source.socket().shutdown(local::socket::shutdown_both, ignored);
+  co_return out;
+}
+
+awaitable<Result<EngineResponse>> post_streamed(net::any_io_executor executor, EngineClient::Options options,
+                                                std::string sink_target, std::string content_type,
+                                                std::function<awaitable<Result<std::string_view>>()> next,
+                                                std::chrono::milliseconds timeout) {
+  boost::system::error_code ec;
+  const local::endpoint endpoint(options.socket_path);
   Stream sink(executor);
   sink.expires_after(timeout);
   co_await sink.async_connect(endpoint, redirect_error(use_awaitable, ec));
@@ -68,27 +95,26 @@ awaitable<Result<EngineResponse>> pipe_between(net::any_io_executor executor, En
   http::request<http::empty_body> post{http::verb::post, "/" + options.api_version + sink_target, 11};
   post.set(http::field::host, "docker");
   post.set(http::field::user_agent, "gpucloud-agent");
-  post.set(http::field::content_type, sink_content_type);
+  post.set(http::field::content_type, content_type);
   post.chunked(true);
   http::request_serializer<http::empty_body> header(post);
   co_await http::async_write_header(sink, header, redirect_error(use_awaitable, ec));
   if (ec) co_return fail(pipe_error("sending " + sink_target, ec));
-
-  while (!from.is_done()) {
-    from.get().body().data = piece.data();
-    from.get().body().size = piece.size();
-    co_await http::async_read(source, source_buffer, from, redirect_error(use_awaitable, ec));
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) co_return fail(pipe_error("reading " + source_target, ec));
-    const std::size_t n = piece.size() - from.get().body().size;
-    if (n == 0) continue;
-    co_await net::async_write(sink, http::make_chunk(net::const_buffer(piece.data(), n)),
+  for (;;) {
+    auto piece = co_await next();
+    if (!piece) {
+      // Cut the request short: the engine sees a broken body and keeps nothing of it.
+      boost::system::error_code ignored;
+      sink.socket().shutdown(local::socket::shutdown_both, ignored);
+      co_return fail(std::move(piece.error()));
+    }
+    if (piece->empty()) break;
+    co_await net::async_write(sink, http::make_chunk(net::const_buffer(piece->data(), piece->size())),
                               redirect_error(use_awaitable, ec));
     if (ec) co_return fail(pipe_error("sending to " + sink_target, ec));
   }
   co_await net::async_write(sink, http::make_chunk_last(), redirect_error(use_awaitable, ec));
   if (ec) co_return fail(pipe_error("sending to " + sink_target, ec));
-
   beast::flat_buffer sink_buffer;
   http::response_parser<http::string_body> answer;
   answer.body_limit(options.body_limit);
@@ -99,7 +125,6 @@ awaitable<Result<EngineResponse>> pipe_between(net::any_io_executor executor, En
   out.content_type = std::string(answer.get()[http::field::content_type]);
   out.body = std::move(answer.get().body());
   boost::system::error_code ignored;
-  source.socket().shutdown(local::socket::shutdown_both, ignored);
   sink.socket().shutdown(local::socket::shutdown_both, ignored);
   co_return out;
 }

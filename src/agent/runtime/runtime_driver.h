@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/json/object.hpp>
 
 #include "core/result.h"
 
@@ -37,6 +38,13 @@ struct Mount {
   bool read_only = false;
 };
 
+// A device node passed to the container (HostConfig.Devices, permissions rwm).
+struct DeviceMapping {
+  std::string path_on_host;       // /dev/nvidia1 (or a test's fake /dev)
+  std::string path_in_container;  // /dev/nvidia1
+  bool operator==(const DeviceMapping&) const = default;
+};
+
 struct ContainerSpec {
   std::string name;      // engine container name, e.g. gpucloud-<installation>-<instance id>
   std::string image;
@@ -54,6 +62,11 @@ struct ContainerSpec {
   std::string init_config_dir;           // host dir → /.gpucloud/config, read-only (keys, hash)
   std::vector<Mount> mounts;             // data disks
   std::vector<std::string> gpu_uuids;    // real GPUs only: no device request when empty
+  // How gpu_uuids reach the container (agent/gpu/injection_plan.h): true, the engine's
+  // nvidia device request (toolkit); false, gpucloud's own (builtin: the nodes in `devices`
+  // and the driver's files among `mounts`). NVIDIA_VISIBLE_DEVICES names the UUIDs either way.
+  bool gpu_device_request = true;
+  std::vector<DeviceMapping> devices;    // HostConfig.Devices, rwm
   std::int64_t nofile_limit = 0;         // 0 = engine default; clamped to the agent's hard limit
   // > 0: the system disk's size, enforced by the engine (HostConfig.StorageOpt size; it
   // counts the image's layers too). Only where the storage driver can (SystemDiskLimit).
@@ -100,6 +113,7 @@ struct ContainerStatus {
   std::int64_t memory_bytes = 0;
   int pid = 0;  // the container's init on the host while it runs (State.Pid); 0 otherwise
   std::string network_mode;  // HostConfig.NetworkMode ("container:ID" for a joined one)
+  std::vector<std::string> mount_targets;  // Mounts[].Destination: where binds sit in it
 };
 
 struct NetworkSpec {
@@ -127,6 +141,7 @@ struct ImageInfo {
   std::string id;
   std::int64_t size_bytes = 0;
   int layers = 0;  // RootFS.Layers: overlay refuses to mount much past ~125
+  std::vector<std::string> diff_ids = {};  // RootFS.Layers themselves (empty where unknown)
 };
 
 struct DriverInfo {
@@ -148,6 +163,36 @@ struct SystemDiskLimit {
   std::string reason;  // when not enforced
 };
 SystemDiskLimit system_disk_limit_for(const std::string& storage_driver);
+
+// One path of a container's filesystem that differs from its image (GET /containers/{id}/changes).
+enum class ChangeKind { modified = 0, added = 1, deleted = 2 };
+struct FileChange {
+  std::string path;  // absolute, as the engine gives it ("/etc/shadow")
+  ChangeKind kind = ChangeKind::modified;
+};
+
+// Where the host holds a container's own files (what save-image reads its layer from), on the
+// storage drivers whose layout is known: overlay2 (the upper dir: exactly the changed files,
+// deletions as whiteout devices) and btrfs (the container's subvolume: its whole filesystem;
+// its name is the mount id, kept in a file the agent reads off the loop).
+struct ContainerLayerDir {
+  std::string storage_driver;  // "overlay2" | "btrfs"
+  std::string dir;             // overlay2: the upper dir; btrfs: <root>/btrfs/subvolumes
+  std::string mount_id_file;   // btrfs: the file whose content names the subvolume in `dir`
+  // overlay2 with the engine's native diff: the upper dir itself lists the changes (walked
+  // by the agent; GET /changes costs the engine ~1 s even for a few files).
+  bool walk_upper = false;
+};
+
+// What an image made of a container's base plus one layer needs of that base: its config
+// (Env, Cmd, ... with `labels` merged, no per-container label), its layers' diff ids, and its
+// platform.
+struct SaveBase {
+  std::string image_id;                // the image the container was created from
+  boost::json::object config;          // the image config's "config"
+  std::vector<std::string> diff_ids;   // RootFS.Layers
+  std::string architecture, os, variant, created;
+};
 
 struct ExecResult {
   int exit_code = 0;
@@ -272,6 +317,41 @@ class RuntimeDriver {
     (void)on_event;
     (void)connected;
     co_return fail(ErrorCode::unavailable, "this runtime reports no events");
+  }
+
+  // Save-image as the base's layers plus one layer (image_saver.h). Each is unavailable where
+  // the runtime cannot: the saver then falls back to commit, clean and flatten.
+  // Freeze / thaw a running container's processes (a paused one is already frozen: ok).
+  virtual boost::asio::awaitable<Status> pause(std::string id) {
+    (void)id;
+    co_return fail(ErrorCode::unavailable, "this runtime does not pause");
+  }
+  virtual boost::asio::awaitable<Status> unpause(std::string id) {  // not paused = ok
+    (void)id;
+    co_return fail(ErrorCode::unavailable, "this runtime does not pause");
+  }
+  virtual boost::asio::awaitable<Result<std::vector<FileChange>>> changes(std::string id) {
+    (void)id;
+    co_return fail(ErrorCode::unavailable, "this runtime does not list changes");
+  }
+  virtual boost::asio::awaitable<Result<ContainerLayerDir>> layer_dir(std::string id) {
+    (void)id;
+    co_return fail(ErrorCode::unavailable, "this runtime does not expose a container's files");
+  }
+  virtual boost::asio::awaitable<Result<SaveBase>> save_base(std::string id, std::map<std::string, std::string> labels) {
+    (void)id;
+    (void)labels;
+    co_return fail(ErrorCode::unavailable, "this runtime does not describe images");
+  }
+  // The next piece of a streamed body; empty when it is done. The view stays valid until the
+  // next call.
+  using BodySource = std::function<boost::asio::awaitable<Result<std::string_view>>()>;
+  // POST /images/load with `source` as the body (an image tar: docker save's format), chunked.
+  // Returns the engine's "Loaded image" line.
+  virtual boost::asio::awaitable<Result<std::string>> load_image(BodySource source, std::chrono::milliseconds timeout) {
+    (void)source;
+    (void)timeout;
+    co_return fail(ErrorCode::unavailable, "this runtime does not load images");
   }
 
   // Bytes the container wrote over its image (the engine's SizeRw); unavailable where the

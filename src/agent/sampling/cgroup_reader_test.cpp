@@ -3,6 +3,8 @@
 // container whose cgroup went away, and the GPUs an instance holds.
 #include "agent/sampling/cgroup_reader.h"
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "agent/gpu/simulated_inventory.h"
@@ -161,8 +163,47 @@ class ScriptedInventory : public gpu::GpuInventorySource {
     return gpu::GpuSample{index, 10 * (index + 1), 5, (index + 1) * 1000LL, 80'000};
   }
   std::string_view kind() const override { return "nvml"; }
+  Result<std::vector<gpu::GpuProcess>> processes(int index) override {
+    auto it = procs.find(index);
+    if (it == procs.end()) return fail(ErrorCode::unavailable, "no process list");
+    return it->second;
+  }
   int samples = 0;
+  std::map<int, std::vector<gpu::GpuProcess>> procs;
 };
+
+TEST(InstanceSamplerRound, GpuMemoryOfTheInstancesOwnProcessesByCgroup) {
+  FakeCgroupTree tree(1);
+  tree.add_process(1, "/docker/c1");  // instance A's init
+  tree.add_process(11, "/docker/c1");  // A's training process
+  tree.add_process(2, "/docker/c2");  // instance B's init
+  tree.add_process(21, "/docker/c2");
+  tree.add_process(99, "/system.slice/other");  // not an instance
+  for (const char* c : {"/docker/c1", "/docker/c2"}) tree.set_cpu_ns(c, 1);
+  ScriptedInventory nvml;
+  nvml.procs[0] = {{11, 3000}, {21, 500}, {99, 7}, {12345, 1}};  // 12345: gone already
+  GpuInfo g0{0, "GPU-aaa", "H200", 80'000, "0:1", "ok", false};
+  GpuInfo g1{1, "GPU-bbb", "H200", 80'000, "0:2", "ok", false};
+  const std::vector<SampledHost> hosts{{"h1", &nvml, {g0, g1}, ""}};
+  InstanceSampler sampler(CgroupReader(tree.proc_root()));
+  auto a = target_for("i-a", "c1", 1);
+  a.gpu_uuids = {"GPU-aaa", "GPU-bbb"};
+  auto b = target_for("i-b", "c2", 2);
+  b.gpu_uuids = {"GPU-aaa"};
+  auto round = sampler.round(hosts, {a, b});
+  const auto& report = round.reports[0];
+  ASSERT_EQ(report.instances.size(), 2u);
+  ASSERT_EQ(report.instances[0].gpus.size(), 2u);
+  EXPECT_EQ(report.instances[0].gpus[0].process_memory_bytes, std::optional<std::int64_t>(3000));
+  EXPECT_EQ(report.instances[0].gpus[1].process_memory_bytes, std::nullopt) << "GPU 1 lists no processes";
+  ASSERT_EQ(report.instances[1].gpus.size(), 1u);
+  EXPECT_EQ(report.instances[1].gpus[0].process_memory_bytes, std::optional<std::int64_t>(500));
+  // Through the protocol and back.
+  auto back = sample_report_from_json(to_json(report));
+  ASSERT_TRUE(back) << back.error().detail;
+  EXPECT_EQ(back->instances[0].gpus[0].process_memory_bytes, std::optional<std::int64_t>(3000));
+  EXPECT_EQ(back->instances[0].gpus[1].process_memory_bytes, std::nullopt);
+}
 
 TEST(InstanceSamplerRound, InstanceGpusByUuidInTheOrderHeld) {
   FakeCgroupTree tree(1);

@@ -12,6 +12,8 @@ struct HostGpuReadings {
   std::unordered_map<std::string, GpuReading> by_uuid;
   std::unordered_map<std::string, std::string> errors;  // uuid -> the NVML error
   std::unordered_set<std::string> simulated;            // uuids of simulated GPUs
+  // uuid -> its compute processes, where the source lists them
+  std::unordered_map<std::string, std::vector<gpu::GpuProcess>> processes;
 };
 
 HostGpuReadings read_host_gpus(const SampledHost& host, std::vector<GpuReading>& into) {
@@ -32,6 +34,7 @@ HostGpuReadings read_host_gpus(const SampledHost& host, std::vector<GpuReading>&
     r.util_percent = std::clamp(sample->gpu_util_percent, 0, 100);
     r.memory_used_bytes = std::max<std::int64_t>(0, sample->memory_used_bytes);
     r.memory_total_bytes = std::max<std::int64_t>(0, sample->memory_total_bytes);
+    if (auto procs = host.inventory->processes(gpu.index)) out.processes[gpu.uuid] = std::move(*procs);
     into.push_back(r);
     out.by_uuid[gpu.uuid] = std::move(r);
   }
@@ -101,6 +104,7 @@ SamplingRound InstanceSampler::round(const std::vector<SampledHost>& hosts, cons
   }
 
   std::unordered_set<std::string> live;
+  std::unordered_map<unsigned, CgroupPaths> pid_paths;  // GPU processes' cgroups, this round
   for (const auto& target : targets) {
     std::size_t host = hosts.size();
     for (std::size_t i = 0; i < hosts.size(); ++i)
@@ -131,6 +135,24 @@ SamplingRound InstanceSampler::round(const std::vector<SampledHost>& hosts, cons
     sample.memory_used_bytes = usage->memory_used_bytes;
     sample.memory_limit_bytes = usage->memory_limit_bytes > 0 ? usage->memory_limit_bytes : target.memory_limit_bytes;
     fill_instance_gpus(target, hosts[host], gpu_readings[host], sample);
+    // The memory its own processes hold on each of its GPUs: NVML's processes whose cgroup is
+    // this container's (their pids resolved once per round).
+    for (auto& g : sample.gpus) {
+      auto procs = gpu_readings[host].processes.find(g.uuid);
+      if (procs == gpu_readings[host].processes.end()) continue;
+      std::int64_t own = 0;
+      for (const auto& p : procs->second) {
+        auto [cached, unseen] = pid_paths.try_emplace(p.pid);
+        if (unseen) {
+          auto paths = reader_.resolve(static_cast<int>(p.pid));
+          if (paths) cached->second = std::move(*paths);
+        }
+        const auto& pp = cached->second;
+        if (!pp.cpu_dir.empty() && pp.cpu_dir == seen.paths.cpu_dir && pp.memory_dir == seen.paths.memory_dir)
+          own += p.used_bytes;
+      }
+      g.process_memory_bytes = own;
+    }
     out.reports[host].instances.push_back(std::move(sample));
   }
   // Containers no longer running: their counters would only mislead a later rate.

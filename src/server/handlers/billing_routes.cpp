@@ -143,6 +143,19 @@ asio::awaitable<Result<Response>> get_idle(RequestContext& ctx) {
                                             {"cost_per_day", total}, {"currency", ctx.app.config().currency}});
 }
 
+asio::awaitable<Result<Response>> list_subscriptions(RequestContext& ctx) {
+  auto page = parse_page_request(ctx.request);
+  if (!page) co_return tl::unexpected(page.error());
+  auto read = [user = ctx.caller().user.id, now = ctx.app.clock().now()](store::Database& db) {
+    return billing::subscriptions(db, user, now);
+  };
+  auto items = co_await ctx.app.store().read(std::move(read));
+  if (!items) co_return tl::unexpected(items.error());
+  auto doc = page_in_order(*items, *page);
+  doc["currency"] = ctx.app.config().currency;
+  co_return json_response(200, std::move(doc));
+}
+
 asio::awaitable<Result<Response>> put_alert(RequestContext& ctx) {
   auto body = api::parse_object(ctx.request.body);
   if (!body) co_return tl::unexpected(body.error());
@@ -264,13 +277,15 @@ void register_billing_routes(App& app) {
   r.add("GET", "/api/v1/billing/statements/{month}", Access::user, "billing", "A monthly statement (YYYY-MM)",
         get_statement);
   r.add("GET", "/api/v1/billing/idle", Access::user, "billing", "What bills while unused, with its cost per day", get_idle);
+  r.add("GET", "/api/v1/billing/subscriptions", Access::user, "billing",
+        "The user's weekly and monthly subscriptions: term, expiry, auto-renew, what was paid", list_subscriptions);
   r.add("PUT", "/api/v1/billing/alert", Access::user, "billing", "Set the balance alert", put_alert);
   r.add("DELETE", "/api/v1/billing/alert", Access::user, "billing", "Remove the balance alert", delete_alert);
   r.add("POST", "/api/v1/admin/users/{id}/credit", Access::admin, "admin", "Credit (or debit) a user's balance",
         credit_user);
   r.add("GET", "/api/v1/admin/users/{id}/ledger", Access::admin, "admin", "A user's ledger entries, newest first",
         get_user_ledger);
-  r.add("GET", "/api/v1/admin/billing/summary", Access::admin, "admin", "Revenue by kind for a month (?month=YYYY-MM)",
+  r.add("GET", "/api/v1/admin/billing/summary", Access::admin, "admin", "Revenue by kind and by day for a month (?month=YYYY-MM)",
         revenue);
 }
 

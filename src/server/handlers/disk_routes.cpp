@@ -7,6 +7,7 @@
 #include "disks/disk_actions.h"
 #include "disks/disk_record.h"
 #include "server/app.h"
+#include "server/handlers/recycle_bin.h"
 #include "server/pagination.h"
 
 namespace gpucloud::server {
@@ -15,6 +16,14 @@ namespace json = boost::json;
 using disks::Disk;
 
 namespace {
+
+// disk_json plus purge_at (recycle_bin.h).
+json::object disk_view(const Disk& d, const App& app) {
+  return with_purge_at(disks::disk_json(d), d.deleted_at, app.config().policy.recycle_days);
+}
+json::object snapshot_view(const disks::Snapshot& s, const App& app) {
+  return with_purge_at(disks::snapshot_json(s), s.deleted_at, app.config().policy.recycle_days);
+}
 
 // The id in a 2xx answer (a replayed one names the first request's resource).
 std::optional<std::string> answered_id(const Response& r) {
@@ -50,7 +59,7 @@ asio::awaitable<Result<Response>> create_disk(RequestContext& ctx) {
   auto effect = [&app, r, id, actor = ctx.actor(), now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto d = disks::create_disk(db, app.config(), actor, id, r, now);
     if (!d) return tl::unexpected(d.error());
-    return json_response(202, disks::disk_json(*d));
+    return json_response(202, disk_view(*d, app));
   };
   auto response = co_await app.run_idempotent(ctx, std::move(effect));
   if (response && response->status == 202) {
@@ -77,7 +86,7 @@ asio::awaitable<Result<Response>> list_disks(RequestContext& ctx) {
   auto all = co_await ctx.app.store().read(std::move(read));
   if (!all) co_return tl::unexpected(all.error());
   auto key = [](const Disk& d) { return std::make_pair(to_unix_micros(d.created_at), d.id); };
-  co_return json_response(200, page_of(*all, *page, key, disks::disk_json));
+  co_return json_response(200, page_of(*all, *page, key, [&](const Disk& d) { return disk_view(d, ctx.app); }));
 }
 
 asio::awaitable<Result<Response>> get_disk(RequestContext& ctx) {
@@ -86,7 +95,7 @@ asio::awaitable<Result<Response>> get_disk(RequestContext& ctx) {
   };
   auto d = co_await ctx.app.store().read(std::move(read));
   if (!d) co_return tl::unexpected(d.error());
-  co_return json_response(200, disks::disk_json(*d));
+  co_return json_response(200, disk_view(*d, ctx.app));
 }
 
 // A bad body on another user's disk answers 404 like any other request on it: whether a
@@ -108,7 +117,7 @@ asio::awaitable<Result<Response>> act(RequestContext& ctx, int status, Action ac
                     store::Database& db) -> Result<Response> {
     auto d = action(db, app.config(), actor, id, now);
     if (!d) return tl::unexpected(d.error());
-    return json_response(status, disks::disk_json(*d));
+    return json_response(status, disk_view(*d, app));
   };
   auto response = co_await app.store().write(std::move(effect));
   if (response) {
@@ -206,7 +215,7 @@ asio::awaitable<Result<Response>> snapshot_disk(RequestContext& ctx) {
                     store::Database& db) -> Result<Response> {
     auto s = disks::snapshot_disk(db, app.config(), actor, disk, id, name, now);
     if (!s) return tl::unexpected(s.error());
-    return json_response(202, disks::snapshot_json(*s));
+    return json_response(202, snapshot_view(*s, app));
   };
   auto response = co_await app.run_idempotent(ctx, std::move(effect));
   if (response && response->status == 202)

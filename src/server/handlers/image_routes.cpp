@@ -8,12 +8,18 @@
 #include "instances/image_actions.h"
 #include "instances/images.h"
 #include "server/app.h"
+#include "server/handlers/recycle_bin.h"
 #include "server/pagination.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
 
 namespace {
+
+// image_json plus purge_at (recycle_bin.h).
+boost::json::object image_view(const instances::Image& i, const App& app) {
+  return with_purge_at(instances::image_json(i), i.deleted_at, app.config().policy.recycle_days);
+}
 
 asio::awaitable<Result<Response>> list_images(RequestContext& ctx) {
   auto page = parse_page_request(ctx.request);
@@ -28,7 +34,7 @@ asio::awaitable<Result<Response>> list_images(RequestContext& ctx) {
   auto images = co_await ctx.app.store().read(std::move(read));
   if (!images) co_return tl::unexpected(images.error());
   auto key = [](const instances::Image& i) { return std::make_pair(to_unix_micros(i.created_at), i.id); };
-  co_return json_response(200, page_of(*images, *page, key, instances::image_json));
+  co_return json_response(200, page_of(*images, *page, key, [&](const instances::Image& i) { return image_view(i, ctx.app); }));
 }
 
 asio::awaitable<Result<Response>> get_image(RequestContext& ctx) {
@@ -37,7 +43,7 @@ asio::awaitable<Result<Response>> get_image(RequestContext& ctx) {
   };
   auto image = co_await ctx.app.store().read(std::move(read));
   if (!image) co_return tl::unexpected(image.error());
-  co_return json_response(200, instances::image_json(*image));
+  co_return json_response(200, image_view(*image, ctx.app));
 }
 
 asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
@@ -67,7 +73,7 @@ asio::awaitable<Result<Response>> save_image(RequestContext& ctx) {
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto image = instances::begin_save_image(db, app.config(), actor, instance, request, image_id, now);
     if (!image) return tl::unexpected(image.error());
-    return json_response(202, instances::image_json(*image));
+    return json_response(202, image_view(*image, app));
   };
   auto response = co_await app.run_idempotent(ctx, std::move(effect));
   if (response && response->status == 202) {
@@ -87,7 +93,7 @@ asio::awaitable<Result<Response>> delete_image(RequestContext& ctx) {
   auto deleted = co_await app.store().write(std::move(effect));
   if (!deleted) co_return tl::unexpected(deleted.error());
   app.images().arm(*deleted);
-  co_return json_response(200, instances::image_json(*deleted));
+  co_return json_response(200, image_view(*deleted, app));
 }
 
 asio::awaitable<Result<Response>> restore_image(RequestContext& ctx) {
@@ -97,7 +103,7 @@ asio::awaitable<Result<Response>> restore_image(RequestContext& ctx) {
   };
   auto restored = co_await app.store().write(std::move(effect));
   if (!restored) co_return tl::unexpected(restored.error());
-  co_return json_response(200, instances::image_json(*restored));
+  co_return json_response(200, image_view(*restored, app));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "instances/images.h"
 #include "instances/password_hash.h"
 #include "instances/ssh_keys.h"
+#include "policy/instances.h"
 #include "market/prices.h"
 #include "market/reservations.h"
 #include "billing/meters.h"
@@ -28,7 +29,7 @@ namespace {
 
 constexpr std::size_t kMaxPorts = 10;
 
-using CreateSpec = instances::CreateRequest;
+using CreateSpec = policy::CreateInstanceRequest;
 
 // One declared port: 8888 (tcp), "8888/tcp", "53/udp", or {"port": 53, "protocol": "udp"}.
 Result<instances::PortSpec> parse_port(const json::value& v) {
@@ -321,7 +322,7 @@ asio::awaitable<Result<Response>> create_instance(RequestContext& ctx) {
   }
   std::string id = new_id("i");
   auto effect = [&app, spec, id, actor = ctx.actor(), now = app.clock().now()](store::Database& db) -> Result<Response> {
-    auto created = instances::create_instance(db, app.config(), actor, id, spec, now);
+    auto created = policy::create_instance(db, app.config(), actor, id, spec, now);
     if (!created) return tl::unexpected(created.error());
     return instance_response(app, 202, *created);
   };
@@ -448,10 +449,17 @@ asio::awaitable<Result<Response>> patch(RequestContext& ctx) {
   auto limit = parse_spend_limit(*body);
   if (!limit) co_return tl::unexpected(limit.error());
   App& app = ctx.app;
-  instances::PatchRequest change{*name, ports, auto_renew, *group, *limit, cost->autostop, cost->stop_at,
-                                 cost->release_after_stopped_days};
+  policy::PatchInstanceRequest change;
+  change.name = *name;
+  change.ports = ports;
+  change.auto_renew = auto_renew;
+  change.spend_limit = *limit;
+  change.autostop = cost->autostop;
+  change.stop_at = cost->stop_at;
+  change.release_after_stopped_days = cost->release_after_stopped_days;
+  change.security_group = *group;
   auto effect = [actor = ctx.actor(), id = ctx.param("id"), change,
-                 now = app.clock().now()](store::Database& db) { return instances::patch_instance(db, actor, id, change, now); };
+                 now = app.clock().now()](store::Database& db) { return policy::patch_instance(db, actor, id, change, now); };
   auto patched = co_await app.store().write(std::move(effect));
   if (!patched) co_return tl::unexpected(patched.error());
   // The engine follows through the instance's own queue (ports within 2 s while it runs).

@@ -47,7 +47,15 @@ asio::awaitable<Result<Response>> market_list(RequestContext& ctx) {
 
 
 asio::awaitable<Result<Response>> admin_hosts(RequestContext& ctx) {
-  auto read = [](store::Database& db) { return market::list_hosts(db); };
+  // Removed hosts only when asked for (issue 26).
+  const auto query = ctx.request.query();
+  bool include_removed = false;
+  if (auto it = query.find("include_removed"); it != query.end()) {
+    if (it->second != "true" && it->second != "false")
+      co_return fail(ErrorCode::invalid_argument, "include_removed: true or false");
+    include_removed = it->second == "true";
+  }
+  auto read = [include_removed](store::Database& db) { return market::list_hosts(db, include_removed); };
   auto hosts = co_await ctx.app.store().read(std::move(read));
   if (!hosts) co_return tl::unexpected(hosts.error());
   json::array items;

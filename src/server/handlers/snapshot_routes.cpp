@@ -2,6 +2,7 @@
 // are taken with POST /disks/{id}/snapshots (disk_routes.cpp).
 #include "disks/disk_actions.h"
 #include "server/app.h"
+#include "server/handlers/recycle_bin.h"
 #include "server/pagination.h"
 
 namespace gpucloud::server {
@@ -10,6 +11,11 @@ namespace json = boost::json;
 using disks::Snapshot;
 
 namespace {
+
+// snapshot_json plus purge_at (recycle_bin.h).
+json::object snapshot_view(const Snapshot& s, const App& app) {
+  return with_purge_at(disks::snapshot_json(s), s.deleted_at, app.config().policy.recycle_days);
+}
 
 asio::awaitable<Result<Response>> list_snapshots(RequestContext& ctx) {
   auto page = parse_page_request(ctx.request);
@@ -27,7 +33,7 @@ asio::awaitable<Result<Response>> list_snapshots(RequestContext& ctx) {
   auto all = co_await ctx.app.store().read(std::move(read));
   if (!all) co_return tl::unexpected(all.error());
   auto key = [](const Snapshot& s) { return std::make_pair(to_unix_micros(s.created_at), s.id); };
-  co_return json_response(200, page_of(*all, *page, key, disks::snapshot_json));
+  co_return json_response(200, page_of(*all, *page, key, [&](const Snapshot& s) { return snapshot_view(s, ctx.app); }));
 }
 
 asio::awaitable<Result<Response>> get_snapshot(RequestContext& ctx) {
@@ -36,7 +42,7 @@ asio::awaitable<Result<Response>> get_snapshot(RequestContext& ctx) {
   };
   auto s = co_await ctx.app.store().read(std::move(read));
   if (!s) co_return tl::unexpected(s.error());
-  co_return json_response(200, disks::snapshot_json(*s));
+  co_return json_response(200, snapshot_view(*s, ctx.app));
 }
 
 asio::awaitable<Result<Response>> delete_snapshot(RequestContext& ctx) {
@@ -45,7 +51,7 @@ asio::awaitable<Result<Response>> delete_snapshot(RequestContext& ctx) {
                  now = app.clock().now()](store::Database& db) -> Result<std::pair<Response, std::string>> {
     auto s = disks::delete_snapshot(db, app.config(), actor, id, now);
     if (!s) return tl::unexpected(s.error());
-    return std::pair{json_response(202, disks::snapshot_json(*s)), s->id};
+    return std::pair{json_response(202, snapshot_view(*s, app)), s->id};
   };
   auto done = co_await app.store().write(std::move(effect));
   if (!done) co_return tl::unexpected(done.error());
@@ -56,11 +62,11 @@ asio::awaitable<Result<Response>> delete_snapshot(RequestContext& ctx) {
 
 asio::awaitable<Result<Response>> restore_snapshot(RequestContext& ctx) {
   App& app = ctx.app;
-  auto effect = [actor = ctx.actor(), id = ctx.param("id"),
+  auto effect = [&app, actor = ctx.actor(), id = ctx.param("id"),
                  now = app.clock().now()](store::Database& db) -> Result<Response> {
     auto s = disks::restore_snapshot(db, actor, id, now);
     if (!s) return tl::unexpected(s.error());
-    return json_response(200, disks::snapshot_json(*s));
+    return json_response(200, snapshot_view(*s, app));
   };
   auto done = co_await app.store().write(std::move(effect));
   if (done) co_await app.disks().rearm_recycle_bin();

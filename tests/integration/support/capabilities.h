@@ -18,7 +18,7 @@ bool capability_required(std::string_view capability);
 
 // The capabilities themselves (each probed once per process).
 bool have_root();
-bool have_docker();  // an engine answers on /var/run/docker.sock and gpucloud/base:bookworm-1 exists
+bool have_docker();  // an engine answers on /var/run/docker.sock and gpucloud/base:bookworm-2 exists
 // Chromium (/usr/bin/chromium, or CHROMIUM_PATH), node, and the console's npm packages
 // (web/node_modules/playwright-core): what the console's browser tests run on.
 bool have_chromium();
@@ -40,6 +40,6 @@ bool have_chromium();
 #define GPUCLOUD_NEED_ENGINE()                                                                             \
   do {                                                                                                     \
     GPUCLOUD_NEED("docker", ::gpucloud::testing::have_docker(),                                            \
-                  "needs a Docker Engine on /var/run/docker.sock and gpucloud/base:bookworm-1");           \
+                  "needs a Docker Engine on /var/run/docker.sock and gpucloud/base:bookworm-2");           \
     GPUCLOUD_NEED("root", ::gpucloud::testing::have_root(), "needs root (nftables)");                      \
   } while (0)

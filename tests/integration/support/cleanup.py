@@ -79,7 +79,8 @@ def remove(kind, value):
         except OSError:
             return
         for rule in rules:
-            if rule.startswith("-A ") and comment in rule.split():
+            # iptables -S quotes a comment: "gpucloud:gpucloud-ID"
+            if rule.startswith("-A ") and comment in (t.strip('"') for t in rule.split()):
                 run("sh", "-c", "iptables -w 5 " + "-D" + rule[2:])
     elif kind == "netns":
         run("ip", "netns", "delete", value)

@@ -30,6 +30,8 @@ class ClientHost {
   const std::string& ip() const { return client_ip_; }
   const std::string& host_ip() const { return host_ip_; }  // the host's address as this client sees it
   std::string cidr() const { return client_ip_ + "/32"; }
+  // The host's end of the veth pair: down, the namespace is cut off (a pulled cable).
+  std::string host_interface() const { return veth_ + "h"; }
 
  private:
   ClientHost() = default;

@@ -96,7 +96,7 @@ bool docker_available() {
   if (cached < 0) {
     cached = shell("curl -s --max-time 3 --unix-socket /var/run/docker.sock http://x/_ping") == "OK" &&
              shell("curl -s -o /dev/null -w '%{http_code}' --unix-socket /var/run/docker.sock "
-                   "http://x/v1.41/images/gpucloud/base:bookworm-1/json") == "200";
+                   "http://x/v1.41/images/gpucloud/base:bookworm-2/json") == "200";
   }
   return cached == 1;
 }

@@ -47,3 +47,9 @@ export interface Host {
   gpus: { index: number; uuid: string; model: string; memory_gib: number; health: string; instance: string | null; reserved_by: string | null }[];
 }
 export interface Quota { gpus: number | null; instances: number | null; disk_gib: number | null; images: number | null }
+// GET /billing/subscriptions
+export interface Subscription {
+  instance: string; name: string; instance_state: string; gpu_model: string | null; gpu_count: number;
+  term: 'weekly' | 'monthly'; status: 'active' | 'ended'; started_at: string | null; expires_at: string | null;
+  auto_renew: boolean; payments: number; paid: number; refunded: number; first_paid_at: string | null; last_paid_at: string | null;
+}

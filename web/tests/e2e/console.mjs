@@ -102,11 +102,12 @@ async function main() {
   const name = `web-${suffix}`;
   await page.getByLabel('Instance name').fill(name);
   await page.getByLabel('GPU model').selectOption({ index: 1 });
-  // The public image with Jupyter, where the daemon has one (issue 24: "debian12-jupyter").
+  // The base image, which has Jupyter Notebook (issue 24: "the base image gains Debian's Jupyter Notebook").
   const imageSelect = page.getByLabel('Image', { exact: true });
   const imageOptions = await imageSelect.locator('option').evaluateAll((os) => os.map((o) => ({ value: o.value, text: o.textContent.trim() })));
-  const jupyterImage = imageOptions.find((o) => /jupyter/i.test(o.text))?.text;
-  if (jupyterImage) await imageSelect.selectOption(imageOptions.find((o) => o.text === jupyterImage).value);
+  const baseImage = imageOptions.find((o) => o.text === 'debian-12-base');
+  check(!!baseImage, 'the create page offers the base image debian-12-base');
+  if (baseImage) await imageSelect.selectOption(baseImage.value);
   await page.getByRole('button', { name: 'Add a new data disk' }).click();
   await page.getByLabel('Size (GiB)').fill('1');
   await page.getByLabel('8888 (Jupyter)').check();
@@ -166,20 +167,41 @@ async function main() {
 
   // --- Jupyter (issue 24's server side: Jupyter in the base image) -----------------------
   const inst = (await page.evaluate(async (i) => (await fetch(`/api/v1/instances/${i}`)).json(), id));
-  if (jupyterImage && !inst.jupyter_url) check(false, `an instance of ${jupyterImage} has a jupyter_url`);
-  else if (!inst.jupyter_url)
-    skipStep('Jupyter runs 6*7', 'the daemon lists no image with Jupyter (issue 24\'s server side: the debian12-jupyter image) and the instance has no jupyter_url');
+  if (!inst.jupyter_url) check(false, 'an instance of the base image has a jupyter_url');
   else {
     // The console's Jupyter tab embeds the Notebook through the proxy.
     await page.getByRole('tab', { name: 'Jupyter' }).click();
     const frame = page.frameLocator('iframe.jupyter-frame');
-    const listed = await frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 90000 }).then(() => true, () => false);
+    const showsList = () => frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 60000 }).then(() => true, () => false);
+    const errorsBefore = failures.length;
+    let listed = await showsList();
+    if (!listed) {
+      // Seen once in a loaded CI run: the Notebook's page came but some of its scripts did not
+      // (see the requests logged as failed). Open the tab again once, and say so.
+      log('jupyter: the tab did not show the Notebook within 60 s; opening it again');
+      await page.getByRole('tab', { name: 'Terminal' }).click();
+      await page.getByRole('tab', { name: 'Jupyter' }).click();
+      listed = await showsList();
+      // The first try's script errors came from the Notebook's frame: logged, and they count
+      // only when the second try fails too.
+      if (listed) {
+        const added = failures.splice(errorsBefore);
+        failures.push(...added.filter((f) => !f.startsWith('page error:')));
+        const frameErrors = added.filter((f) => f.startsWith('page error:'));
+        if (frameErrors.length) log(`jupyter: the first try's frame errors: ${frameErrors.join('; ')}`);
+      }
+    }
     check(listed, 'the Jupyter tab shows the Notebook through the proxy');
     await shot(page, 'jupyter', 'en');
     await page.getByRole('tab', { name: 'Terminal' }).click();
     const jp = await ctx1.newPage();
     await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
-    const ok = await runJupyterCell(jp).catch((e) => (log('jupyter:', e.message), false));
+    let ok = await runJupyterCell(jp).catch((e) => (log('jupyter:', e.message), false));
+    if (!ok) {
+      log('jupyter: loading the Notebook again once');
+      await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
+      ok = await runJupyterCell(jp).catch((e) => (log('jupyter (again):', e.message), false));
+    }
     check(ok, 'Jupyter ran a cell 6*7 → 42');
     await jp.close();
   }
@@ -378,6 +400,19 @@ async function main() {
     check(v.length === 0, `axe: no serious or critical violations on ${path}${v.length ? '\n    ' + v.join('\n    ') : ''}`);
     await shot(op, file, 'en');
   }
+  // Revenue by day: the day of the credit above, in the table and the chart (GET /admin/billing/summary's days).
+  await goto(op, '/admin/revenue');
+  const revenue = await op.evaluate(async () => (await fetch('/api/v1/admin/billing/summary')).json());
+  const creditDay = (revenue.days ?? []).filter((d) => d.received >= 5000).pop();
+  check(!!creditDay, `the revenue summary has a day with the operator's credit (${JSON.stringify(revenue.days?.filter((d) => d.received))})`);
+  if (creditDay) {
+    const yuan = (fen) => `¥${(fen / 100).toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+    const row = op.getByRole('table', { name: 'Revenue and usage by day' }).getByRole('row').filter({ has: op.getByRole('rowheader', { name: creditDay.day }) });
+    const text = await row.innerText().catch(() => '');
+    check(text.includes(yuan(creditDay.received)) && text.includes(yuan(creditDay.charged)),
+      `the revenue table's row for ${creditDay.day} shows ${yuan(creditDay.received)} received and ${yuan(creditDay.charged)} charged (${JSON.stringify(text)})`);
+    check(await op.getByRole('img', { name: 'Charged per day (¥)' }).isVisible(), 'the revenue page charts the charges per day');
+  }
   await op.getByLabel('Language').first().selectOption('zh');
   for (const [path, file] of [['/admin/users', 'admin-users'], ['/admin/hosts', 'admin-hosts'], ['/admin/instances', 'admin-instances'], ['/admin/prices', 'admin-prices'], ['/admin/revenue', 'admin-revenue']]) {
     await goto(op, path);
@@ -416,7 +451,12 @@ async function runJupyterCell(jp) {
     if (res.url().includes('/jupyter/') && res.status() >= 400)
       refused.push(res.text().catch(() => '').then((t) => `${res.request().method()} ${new URL(res.url()).pathname} → ${res.status()} ${t.slice(0, 160)}`));
   };
+  // And requests that got no answer at all (the proxy or the Notebook dropped them).
+  const onFailed = (req) => {
+    if (req.url().includes('/jupyter/')) refused.push(Promise.resolve(`${req.method()} ${new URL(req.url()).pathname} failed: ${req.failure()?.errorText}`));
+  };
   jp.context().on('response', onResponse);
+  jp.context().on('requestfailed', onFailed);
   try {
     await jp.waitForLoadState('networkidle');
     await jp.locator('#new-dropdown-button').click();
@@ -433,6 +473,7 @@ async function runJupyterCell(jp) {
     throw new Error(`${e.message.split('\n')[0]}${why.length ? `; refused: ${why.join('; ')}` : ''}`);
   } finally {
     jp.context().off('response', onResponse);
+    jp.context().off('requestfailed', onFailed);
   }
 }
 

@@ -2,8 +2,8 @@
 // subscriptions, usage by day and kind (chart), the ledger with filters, monthly statements.
 import { useMemo, useState } from 'preact/hooks';
 import { t } from '../../i18n';
-import { account, clearAlert, idle, ledger, setAlert, statement, usage } from '../../api/billing';
-import { listInstances, releaseInstance, updateInstance } from '../../api/instances';
+import { account, clearAlert, idle, ledger, setAlert, statement, subscriptions, usage } from '../../api/billing';
+import { releaseInstance, updateInstance } from '../../api/instances';
 import { deleteDisk } from '../../api/disks';
 import { deleteSnapshot } from '../../api/snapshots';
 import { deleteImage } from '../../api/images';
@@ -122,25 +122,38 @@ function Idle() {
 }
 
 function Subscriptions() {
-  const data = useLoad(listInstances);
-  const subs = (data.data ?? []).filter((i) => i.billing.mode !== 'hourly' && i.state !== 'released');
+  // GET /billing/subscriptions: active ones first (soonest to end first), then ended ones.
+  const data = useLoad(subscriptions);
+  const subs = data.data ?? [];
   return (
     <section aria-labelledby="subs-h">
       <h2 id="subs-h">{t('billing.subscriptions')}</h2>
       {!data.data ? <Loading error={data.error} /> : subs.length === 0 ? <Empty text={t('billing.no_subscriptions')} /> : (
-        <table class="table">
-          <thead><tr><th scope="col">{t('instances.name')}</th><th scope="col">{t('create.billing_mode')}</th><th scope="col">{t('billing.expires')}</th><th scope="col">{t('create.auto_renew')}</th></tr></thead>
+        <table class="table" aria-labelledby="subs-h">
+          <thead><tr>
+            <th scope="col">{t('instances.name')}</th><th scope="col">{t('billing.term')}</th><th scope="col">{t('billing.sub_status')}</th>
+            <th scope="col">{t('billing.started')}</th><th scope="col">{t('billing.expires')}</th><th scope="col">{t('create.auto_renew')}</th>
+            <th scope="col">{t('billing.paid')}</th>
+          </tr></thead>
           <tbody>
-            {subs.map((i) => (
-              <tr>
-                <td>{i.name}</td>
-                <td>{t(`billing.mode.${i.billing.mode}` as any)}</td>
-                <td>{formatTime(i.billing.expires_at)}</td>
-                <td>
-                  <label class="check">
-                    <input type="checkbox" checked={i.billing.auto_renew} onChange={(e) => updateInstance(i.id, { billing: { auto_renew: (e.target as HTMLInputElement).checked } }).then(data.reload)} />
-                    <span class="sr-only">{t('billing.auto_renew_named', { name: i.name })}</span>
-                  </label>
+            {subs.map((x) => (
+              <tr aria-label={x.name}>
+                <td data-label={t('instances.name')}>{x.name}</td>
+                <td data-label={t('billing.term')}>{t(`billing.mode.${x.term}` as any)}</td>
+                <td data-label={t('billing.sub_status')}>{t(x.status === 'active' ? 'billing.sub_active' : 'billing.sub_ended')}</td>
+                <td data-label={t('billing.started')}>{formatTime(x.started_at)}</td>
+                <td data-label={t('billing.expires')}>{formatTime(x.expires_at)}</td>
+                <td data-label={t('create.auto_renew')}>
+                  {x.status === 'active' ? (
+                    <label class="check">
+                      <input type="checkbox" checked={x.auto_renew} onChange={(e) => updateInstance(x.instance, { billing: { auto_renew: (e.target as HTMLInputElement).checked } }).then(data.reload)} />
+                      <span class="sr-only">{t('billing.auto_renew_named', { name: x.name })}</span>
+                    </label>
+                  ) : '—'}
+                </td>
+                <td data-label={t('billing.paid')}>
+                  {formatFen(x.paid)}{x.payments > 1 ? ` (${t('billing.n_payments', { n: x.payments })})` : ''}
+                  {x.refunded > 0 ? ` · ${t('billing.refunded_amount', { amount: formatFen(x.refunded) })}` : ''}
                 </td>
               </tr>
             ))}
@@ -182,7 +195,7 @@ function Usage() {
         </label>
       </div>
       {!data.data ? <Loading error={data.error} /> : chart.x.length === 0 ? <Empty text={t('billing.no_usage')} /> : (
-        <Chart title={t('billing.usage_chart')} x={chart.x} series={chart.series} unit=" ¥" bars />
+        <Chart title={t('billing.usage_chart')} x={chart.x} series={chart.series} unit=" ¥" bars days />
       )}
     </section>
   );

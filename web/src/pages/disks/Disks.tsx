@@ -9,13 +9,10 @@ import { formatBytes } from '../../lib/money';
 import { daysLeft, formatTime } from '../../lib/time';
 import { Badge, Dialog, Empty, errorText, Field, Loading, PageTitle, useLoad } from '../../components/ui';
 
-// The API names when a deleted item went to the bin; the platform keeps it [policy] recycle_days
-// (7 by default). Items that carry purge_at use it.
-const RECYCLE_DAYS_DEFAULT = 7;
+// When a deleted item is destroyed for good: the API's purge_at (deleted_at + [policy]
+// recycle_days, computed by the server); null when it does not say (not in the bin).
 export function purgeAt(item: { deleted_at?: string | null; purge_at?: string | null }): string | null {
-  if (item.purge_at) return item.purge_at;
-  if (!item.deleted_at) return null;
-  return new Date(new Date(item.deleted_at).getTime() + RECYCLE_DAYS_DEFAULT * 86400000).toISOString();
+  return item.purge_at ?? null;
 }
 
 async function loadAll() {

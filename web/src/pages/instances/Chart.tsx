@@ -5,7 +5,11 @@ import 'uplot/dist/uPlot.min.css';
 
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04', '#db2777'];
 
-export function Chart(props: { title: string; x: number[]; series: { label: string; values: (number | null)[] }[]; unit?: string; bars?: boolean }) {
+// `days`: x is one point per day (each day's noon, UTC seconds): ticks a day apart or more, labelled MM-DD.
+const DAY = 86400;
+const dayLabel = (v: number) => new Date(v * 1000).toISOString().slice(5, 10);
+
+export function Chart(props: { title: string; x: number[]; series: { label: string; values: (number | null)[] }[]; unit?: string; bars?: boolean; days?: boolean }) {
   const host = useRef<HTMLDivElement>(null);
   useEffect(() => {
     const el = host.current!;
@@ -23,7 +27,10 @@ export function Chart(props: { title: string; x: number[]; series: { label: stri
           value: (_u: uPlot, v: number | null) => (v === null ? '—' : `${Math.round(v * 100) / 100}${props.unit ?? ''}`),
         })),
       ],
-      axes: [{}, { values: (_u, vals) => vals.map((v) => `${v}${props.unit ?? ''}`), size: 60 }],
+      axes: [
+        props.days ? { incrs: [DAY, 2 * DAY, 7 * DAY, 14 * DAY], values: (_u, vals) => vals.map(dayLabel) } : {},
+        { values: (_u, vals) => vals.map((v) => `${v}${props.unit ?? ''}`), size: 60 },
+      ],
       legend: { show: true },
     };
     const plot = new uPlot(opts, [props.x, ...props.series.map((s) => s.values)] as any, el);
