@@ -43,11 +43,6 @@ using Ws = websocket::stream<TlsStream>;
 namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
-constexpr auto kLinkIdleTimeout = std::chrono::seconds(20);  // as the listener's
-
-std::int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(system_now().time_since_epoch()).count();
-}
 
 struct Endpoint {
   std::string host, port;

@@ -1,5 +1,7 @@
 #include "agentlink/link_listener.h"
 
+#include "agentlink/link_messages.h"
+
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/resource.h>
@@ -34,12 +36,7 @@ using Ws = websocket::stream<TlsStream>;
 
 namespace {
 
-std::int64_t unix_seconds() { return std::chrono::duration_cast<std::chrono::seconds>(system_now().time_since_epoch()).count(); }
-
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-// A link that carries nothing for this long is dead (a cut cable, a frozen peer); both ends
-// ping at half of it, so a live idle link always carries something.
-constexpr auto kLinkIdleTimeout = std::chrono::seconds(20);
 constexpr auto kCertificateRecheck = std::chrono::seconds(5);
 
 }  // namespace

@@ -7,16 +7,27 @@
 // Terminal streams (the web terminal; terminal_messages.h has the fields, data is base64):
 //   control plane -> agent: terminal_open, terminal_input, terminal_resize, terminal_ack, terminal_close
 //   agent -> control plane: terminal_opened, terminal_failed, terminal_output, terminal_exit
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include <boost/json/object.hpp>
 
 #include "agent/agent_protocol.h"
+#include "core/time_format.h"
 
 namespace gpucloud::agentlink {
 
 inline constexpr int kLinkVersion = 1;
+// A link that carries nothing for this long is dead (a cut cable, a frozen peer); both ends
+// ping at half of it, so a live idle link always carries something.
+inline constexpr auto kLinkIdleTimeout = std::chrono::seconds(20);
+
+// Certificates and tokens count in unix seconds.
+inline std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(system_now().time_since_epoch()).count();
+}
 
 struct Hello {
   int link_version = kLinkVersion;

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr auto kPoll = 300ms;
-constexpr auto kWaitLimit = std::chrono::minutes(30);
+constexpr auto kDiskWaitLimit = std::chrono::minutes(30);
 
 struct DiskArgs {
   std::string disk, name, zone, host, instance, path = "/root/data", snapshot, from_snapshot;
@@ -53,7 +53,7 @@ Expected<json::value> wait_until(Context& ctx, ApiClient& api, const std::string
         return refused(fmt::format("{} {} failed: {}", what, text(current, "name"), text(current, "state_reason", "?")));
       return current;
     }
-    if (ctx.deps().now() - start > kWaitLimit)
+    if (ctx.deps().now() - start > kDiskWaitLimit)
       return refused(fmt::format("gave up waiting for {} {} (it is {})", what, text(current, "name"), state));
     ctx.deps().sleep(kPoll);
     auto next = api.get(path);
@@ -139,7 +139,7 @@ Outcome do_disk_action(Context& ctx, const DiskArgs& a, const std::string& verb,
       if (seen) break;
       if (failed && integer(disk, "size_gib") != a.size)
         return refused(fmt::format("disk {} could not grow (see `gpucloud events`)", text(disk, "name")));
-      if (ctx.deps().now() - start > kWaitLimit) return refused("gave up waiting for the disk to grow");
+      if (ctx.deps().now() - start > kDiskWaitLimit) return refused("gave up waiting for the disk to grow");
       ctx.deps().sleep(kPoll);
     }
   }

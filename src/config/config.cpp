@@ -121,8 +121,9 @@ class Parser {
     get_string(root, "", "billing_timezone", c.billing_timezone);
 
     if (const toml::table* t = get_table(root, "", "store")) {
-      check_keys(*t, "store", {"url"});
+      check_keys(*t, "store", {"url", "password_file"});
       get_string(*t, "store", "url", c.store_url);
+      get_string(*t, "store", "password_file", c.store_password_file);
     }
     for_each_table(root, "", "zones", [&](const toml::table& t, const std::string& path) {
       c.zones.push_back(read_zone(t, path));

@@ -188,6 +188,9 @@ struct Config {
   std::chrono::seconds session_ttl{86400};
   std::string billing_timezone = "UTC";
   std::string store_url;  // config key [store] url; "" = sqlite://DATA_DIR/gpucloud.db
+  // [store] password_file: PostgreSQL's password, read at start (GPUCLOUD_STORE_PASSWORD, when
+  // set, wins). Never in the URL, whose text may reach a log.
+  std::string store_password_file;
   std::vector<Zone> zones;
   std::vector<Host> hosts;
   std::vector<Image> images;

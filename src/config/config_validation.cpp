@@ -85,6 +85,18 @@ bool is_valid_store_url(std::string_view url) {
   return false;
 }
 
+// postgresql://USER:PASSWORD@HOST/...: a colon in the part before '@'.
+bool url_has_password(std::string_view url) {
+  auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return false;
+  std::string_view rest = url.substr(scheme + 3);
+  auto at = rest.find('@');
+  if (at == std::string_view::npos) return false;
+  auto slash = rest.find('/');
+  if (slash != std::string_view::npos && slash < at) return false;
+  return rest.substr(0, at).find(':') != std::string_view::npos;
+}
+
 bool is_valid_engine(std::string_view engine) {
   // The agent speaks the Docker Engine API over its unix socket only.
   return starts_with(engine, "unix:///") && engine.size() > 8;
@@ -167,7 +179,12 @@ void check_top_level(const Config& c, Checker& k) {
   }
   if (!is_valid_store_url(c.store_url)) {
     k.error("store.url", quote_for_message(c.store_url) + " is not sqlite://PATH or postgresql://USER@HOST:PORT/DB");
+  } else if (c.store_is_postgres() && url_has_password(c.store_url)) {
+    // Said without the URL: its text holds the secret.
+    k.error("store.url", "holds a password: put it in [store] password_file or GPUCLOUD_STORE_PASSWORD");
   }
+  if (!c.store_password_file.empty() && !c.store_is_postgres())
+    k.error("store.password_file", "is only for a postgresql:// store.url");
 }
 
 void check_zones(const Config& c, Checker& k) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 
@@ -24,6 +25,7 @@
 #include "server/app.h"
 #include "server/http_server.h"
 #include "store/meta.h"
+#include "store/store_copy.h"
 
 namespace asio = boost::asio;
 using namespace gpucloud;
@@ -82,6 +84,55 @@ asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, a
   io.stop();
 }
 
+// `gpucloudd migrate-store`: the copy and its check (store/store_copy.h), said table by table.
+int migrate_store(const std::string& from, const std::string& to, const std::string& password_file) {
+  if (from.rfind("sqlite://", 0) != 0 || from.size() <= 9) {
+    std::fprintf(stderr, "gpucloudd migrate-store: --from must be sqlite://PATH\n");
+    return 2;
+  }
+  if (!store::is_postgres_url(to)) {
+    std::fprintf(stderr, "gpucloudd migrate-store: --to must be postgresql://USER@HOST:PORT/DB\n");
+    return 2;
+  }
+  const std::string path = from.substr(9);
+  if (!std::filesystem::exists(path)) {
+    std::fprintf(stderr, "gpucloudd migrate-store: %s does not exist\n", path.c_str());
+    return 1;
+  }
+  store::PgConnectOptions pg{to, {}, "gpucloudd-migrate-store"};
+  if (const char* env = std::getenv("GPUCLOUD_STORE_PASSWORD"); env && *env) {
+    pg.password = env;
+  } else if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    if (!in || !std::getline(in, pg.password)) {
+      std::fprintf(stderr, "gpucloudd migrate-store: --password-file %s: cannot read it\n", password_file.c_str());
+      return 1;
+    }
+  }
+  auto source = store::Database::open(path, false);
+  if (!source) {
+    std::fprintf(stderr, "gpucloudd migrate-store: %s\n", source.error().detail.c_str());
+    return 1;
+  }
+  auto target = store::connect_postgres(pg);
+  if (!target) {
+    std::fprintf(stderr, "gpucloudd migrate-store: %s\n", target.error().detail.c_str());
+    return 1;
+  }
+  auto report = store::copy_store(**source, **target);
+  if (!report) {
+    std::fprintf(stderr, "gpucloudd migrate-store: %s (nothing was written to the target)\n", report.error().detail.c_str());
+    return 1;
+  }
+  for (const auto& t : report->tables) std::printf("%-28s %lld rows\n", t.name.c_str(), static_cast<long long>(t.rows));
+  std::printf("migrate-store: copied %lld rows of %zu tables (schema %d) into %s; verified every table's count and %lld "
+              "ledgers (%lld entries, each account's sum)\n",
+              static_cast<long long>(report->rows), report->tables.size(), report->schema_version,
+              store::redacted_url(to).c_str(), static_cast<long long>(report->ledger_accounts),
+              static_cast<long long>(report->ledger_entries));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,7 +143,15 @@ int main(int argc, char** argv) {
   cli.add_option("--data-dir", flags.data_dir, "directory for the store and state");
   cli.add_flag("--test-clock", flags.test_clock, "platform clock moves only through POST /api/v1/admin/clock");
   cli.set_version_flag("--version", GPUCLOUD_VERSION);
+  // gpucloudd migrate-store --from sqlite://PATH --to postgresql://USER@HOST:PORT/DB
+  std::string migrate_from, migrate_to, migrate_password_file;
+  auto* migrate = cli.add_subcommand("migrate-store", "copy a SQLite store into an empty PostgreSQL database, then verify it");
+  migrate->add_option("--from", migrate_from, "sqlite://PATH of the installation (gpucloudd stopped)")->required();
+  migrate->add_option("--to", migrate_to, "postgresql://USER@HOST:PORT/DB (its password: GPUCLOUD_STORE_PASSWORD or --password-file)")
+      ->required();
+  migrate->add_option("--password-file", migrate_password_file, "a file holding the PostgreSQL password");
   CLI11_PARSE(cli, argc, argv);
+  if (migrate->parsed()) return migrate_store(migrate_from, migrate_to, migrate_password_file);
 
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
   if (auto s = check_armed_fault_point(); !s) {
@@ -114,18 +173,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpucloudd: data dir %s: %s\n", cfg->data_dir.c_str(), fs_error.message().c_str());
     return 1;
   }
-  // Only SQLite exists so far. An empty path would make SQLite open a private temporary
-  // database, i.e. a daemon that forgets everything: refuse anything we cannot open.
-  const std::string store_path = cfg->store_path();
-  if (store_path.empty()) {
-    const std::string& url = cfg->store_url;
-    const bool postgres = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
-    std::fprintf(stderr, "gpucloudd: configuration: store.url: %s\n",
-                 postgres ? "postgresql is not supported yet; use sqlite://PATH"
-                          : ("\"" + url + "\" is not sqlite://PATH").c_str());
-    return 2;
+  // An empty path would make SQLite open a private temporary database, i.e. a daemon that
+  // forgets everything: refuse anything we cannot open.
+  Result<std::unique_ptr<store::Store>> store = fail(ErrorCode::invalid_argument, "store: no database");
+  if (cfg->store_is_postgres()) {
+    store::PgConnectOptions pg{cfg->store_url, {}, "gpucloudd"};
+    if (const char* env = std::getenv("GPUCLOUD_STORE_PASSWORD"); env && *env) {
+      pg.password = env;
+    } else if (!cfg->store_password_file.empty()) {
+      std::ifstream in(cfg->store_password_file);
+      if (!in || !std::getline(in, pg.password)) {
+        std::fprintf(stderr, "gpucloudd: store.password_file %s: cannot read it\n", cfg->store_password_file.c_str());
+        return 1;
+      }
+    }
+    store = store::Store::open_postgres(pg, cfg->server.worker_threads);
+  } else {
+    const std::string store_path = cfg->store_path();
+    if (store_path.empty()) {
+      std::fprintf(stderr, "gpucloudd: configuration: store.url: \"%s\" is not sqlite://PATH\n", cfg->store_url.c_str());
+      return 2;
+    }
+    store = store::Store::open(store_path, cfg->server.worker_threads);
   }
-  auto store = store::Store::open(store_path, cfg->server.worker_threads);
   if (!store) {
     std::fprintf(stderr, "gpucloudd: store.url: %s\n", store.error().detail.c_str());
     return 1;

@@ -35,6 +35,50 @@ std::optional<double> Row::opt_double(std::size_t i) const {
   return std::nullopt;
 }
 
+namespace {
+
+// The row a SQLite statement is on.
+class SqliteRowView final : public RowView {
+ public:
+  explicit SqliteRowView(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  bool is_null(int i) const override { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+  std::int64_t int64(int i) const override { return sqlite3_column_int64(stmt_, i); }
+  std::string_view text(int i) const override {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
+    return p ? std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i))) : std::string_view();
+  }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+}  // namespace
+
+// One SQLite connection.
+class SqliteDatabase final : public Database {
+ public:
+  SqliteDatabase(sqlite3* db, std::string path) : Database(std::move(path)), db_(db) {}
+  ~SqliteDatabase() override;
+  Status exec_script(std::string_view sql) override;
+  Status run(std::string_view sql, std::initializer_list<Arg> args) override;
+  Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args) override;
+  Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args) override;
+  Status each(std::string_view sql, std::initializer_list<Arg> args,
+              const std::function<bool(const RowView&)>& fn) override;
+  std::int64_t changes() const override;
+  Dialect dialect() const override { return Dialect::sqlite; }
+  std::string_view begin_write() const override { return "BEGIN IMMEDIATE"; }
+  std::string_view begin_read() const override { return "BEGIN"; }
+  void set_wal_pages(int pages) { wal_pages_ = pages; }
+
+ private:
+  Result<sqlite3_stmt*> prepare(std::string_view sql, std::initializer_list<Arg> args);
+  Error error(std::string_view what) const;
+
+  sqlite3* db_;
+  std::unordered_map<std::string, sqlite3_stmt*> statements_;
+};
+
 Result<std::unique_ptr<Database>> Database::open(const std::string& path, bool read_only) {
   sqlite3* raw = nullptr;
   int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
@@ -45,7 +89,7 @@ Result<std::unique_ptr<Database>> Database::open(const std::string& path, bool r
     sqlite3_close(raw);
     return fail(ErrorCode::unavailable, "cannot open store " + path + ": " + message);
   }
-  std::unique_ptr<Database> db(new Database(raw, path));
+  auto db = std::make_unique<SqliteDatabase>(raw, path);
   sqlite3_busy_timeout(raw, 5000);
   std::string pragmas = "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL;";
   // The writer keeps up to 64 MiB of pages: an hourly settlement rewrites every open meter's
@@ -59,19 +103,19 @@ Result<std::unique_ptr<Database>> Database::open(const std::string& path, bool r
     sqlite3_wal_hook(
         raw,
         [](void* self, sqlite3*, const char*, int pages) {
-          static_cast<Database*>(self)->wal_pages_ = pages;
+          static_cast<SqliteDatabase*>(self)->set_wal_pages(pages);
           return SQLITE_OK;
         },
         db.get());
-  return db;
+  return std::unique_ptr<Database>(std::move(db));
 }
 
-Database::~Database() {
+SqliteDatabase::~SqliteDatabase() {
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
 }
 
-Error Database::error(std::string_view what) const {
+Error SqliteDatabase::error(std::string_view what) const {
   int code = sqlite3_extended_errcode(db_);
   ErrorCode ec = ErrorCode::internal;
   if ((code & 0xff) == SQLITE_CONSTRAINT) ec = ErrorCode::conflict;
@@ -79,7 +123,7 @@ Error Database::error(std::string_view what) const {
   return Error{ec, std::string(what) + ": " + sqlite3_errmsg(db_), {}, 0};
 }
 
-Status Database::exec_script(std::string_view sql) {
+Status SqliteDatabase::exec_script(std::string_view sql) {
   char* message = nullptr;
   std::string text(sql);
   if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
@@ -90,7 +134,7 @@ Status Database::exec_script(std::string_view sql) {
   return ok();
 }
 
-Result<sqlite3_stmt*> Database::prepare(std::string_view sql, std::initializer_list<Arg> args) {
+Result<sqlite3_stmt*> SqliteDatabase::prepare(std::string_view sql, std::initializer_list<Arg> args) {
   sqlite3_stmt* stmt = nullptr;
   std::string key(sql);
   if (auto it = statements_.find(key); it != statements_.end()) {
@@ -121,7 +165,7 @@ Result<sqlite3_stmt*> Database::prepare(std::string_view sql, std::initializer_l
   return stmt;
 }
 
-Status Database::run(std::string_view sql, std::initializer_list<Arg> args) {
+Status SqliteDatabase::run(std::string_view sql, std::initializer_list<Arg> args) {
   auto stmt = prepare(sql, args);
   if (!stmt) return fail(stmt.error());
   int rc;
@@ -152,7 +196,7 @@ std::vector<Value> read_row(sqlite3_stmt* stmt) {
 }
 }  // namespace
 
-Result<std::optional<Row>> Database::one(std::string_view sql, std::initializer_list<Arg> args) {
+Result<std::optional<Row>> SqliteDatabase::one(std::string_view sql, std::initializer_list<Arg> args) {
   auto stmt = prepare(sql, args);
   if (!stmt) return fail(stmt.error());
   int rc = sqlite3_step(*stmt);
@@ -167,7 +211,7 @@ Result<std::optional<Row>> Database::one(std::string_view sql, std::initializer_
   return row;
 }
 
-Result<std::vector<Row>> Database::all(std::string_view sql, std::initializer_list<Arg> args) {
+Result<std::vector<Row>> SqliteDatabase::all(std::string_view sql, std::initializer_list<Arg> args) {
   auto stmt = prepare(sql, args);
   if (!stmt) return fail(stmt.error());
   std::vector<Row> rows;
@@ -182,18 +226,11 @@ Result<std::vector<Row>> Database::all(std::string_view sql, std::initializer_li
   return rows;
 }
 
-bool RowView::is_null(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
-std::int64_t RowView::int64(int i) const { return sqlite3_column_int64(stmt_, i); }
-std::string_view RowView::text(int i) const {
-  auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
-  return p ? std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i))) : std::string_view();
-}
-
-Status Database::each(std::string_view sql, std::initializer_list<Arg> args,
+Status SqliteDatabase::each(std::string_view sql, std::initializer_list<Arg> args,
                       const std::function<bool(const RowView&)>& fn) {
   auto stmt = prepare(sql, args);
   if (!stmt) return fail(stmt.error());
-  const RowView row(*stmt);
+  const SqliteRowView row(*stmt);
   int rc;
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW)
     if (!fn(row)) {
@@ -209,6 +246,6 @@ Status Database::each(std::string_view sql, std::initializer_list<Arg> args,
   return ok();
 }
 
-std::int64_t Database::changes() const { return sqlite3_changes64(db_); }
+std::int64_t SqliteDatabase::changes() const { return sqlite3_changes64(db_); }
 
 }  // namespace gpucloud::store

@@ -1,6 +1,8 @@
 #pragma once
-// A small RAII layer over one SQLite connection: cached prepared statements, typed binds,
-// rows copied out as values. Errors come back as Result, never as exceptions.
+// One connection to the store's database, SQLite or PostgreSQL, behind one interface: cached
+// prepared statements, typed binds, rows copied out as values. Statements are written once, in
+// the SQL both engines share, with `?` placeholders; the PostgreSQL connection translates the
+// few spellings that differ (sql_dialect.h). Errors come back as Result, never as exceptions.
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -14,9 +16,6 @@
 
 #include "core/result.h"
 #include "core/time_format.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
 
 namespace gpucloud::store {
 
@@ -40,14 +39,13 @@ class Row {
 // The row a statement is on, read in place: valid only inside Database::each's callback.
 class RowView {
  public:
-  explicit RowView(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  bool is_null(int i) const;
-  std::int64_t int64(int i) const;
-  std::string_view text(int i) const;  // "" for NULL; points into the statement's row
-
- private:
-  sqlite3_stmt* stmt_;
+  virtual ~RowView() = default;
+  virtual bool is_null(int i) const = 0;
+  virtual std::int64_t int64(int i) const = 0;
+  virtual std::string_view text(int i) const = 0;  // "" for NULL; points into the row
 };
+
+enum class Dialect { sqlite, postgres };
 
 // One bound argument; implicit from the types handlers use.
 struct Arg {
@@ -69,21 +67,32 @@ struct Arg {
 
 class Database {
  public:
+  // A SQLite file (created if missing unless read-only).
   static Result<std::unique_ptr<Database>> open(const std::string& path, bool read_only);
-  ~Database();
+  virtual ~Database() = default;
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
-  Status exec_script(std::string_view sql);  // several statements, no binds
-  Status run(std::string_view sql, std::initializer_list<Arg> args = {});
-  Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args = {});
-  Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args = {});
+  virtual Status exec_script(std::string_view sql) = 0;  // several statements, no binds
+  virtual Status run(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
+  virtual Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
+  virtual Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
   // Every row of a query, read in place without copying it out (a settlement pass reads every
   // open meter). `fn` returning false stops early.
-  Status each(std::string_view sql, std::initializer_list<Arg> args, const std::function<bool(const RowView&)>& fn);
-  std::int64_t changes() const;
+  virtual Status each(std::string_view sql, std::initializer_list<Arg> args,
+                      const std::function<bool(const RowView&)>& fn) = 0;
+  virtual std::int64_t changes() const = 0;
+  virtual Dialect dialect() const = 0;
+  // How a read-write transaction begins: SQLite takes the write lock at once (IMMEDIATE);
+  // PostgreSQL runs it SERIALIZABLE, and the store re-runs one that lost a race.
+  virtual std::string_view begin_write() const = 0;
+  virtual std::string_view begin_read() const = 0;
+  // True once when the last failure was a serialization failure or a deadlock (PostgreSQL's
+  // 40001 and 40P01): the whole transaction may be run again. Reading clears it.
+  virtual bool take_retryable_failure() { return false; }
+  // Where the database is: a SQLite file's path, or a PostgreSQL URL (never with a password).
   const std::string& path() const { return path_; }
-  // Pages in the write-ahead log after this connection's last commit (a writer only).
+  // Pages in the write-ahead log after this connection's last commit (a SQLite writer only).
   int wal_pages() const { return wal_pages_; }
 
   // Set by whoever records an event in the open transaction; the store reads and clears it
@@ -101,16 +110,13 @@ class Database {
   }
   std::optional<SysTime> take_schedule_noted() { return std::exchange(schedule_noted_, std::nullopt); }
 
- private:
-  Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  Result<sqlite3_stmt*> prepare(std::string_view sql, std::initializer_list<Arg> args);
-  Error error(std::string_view what) const;
-
-  sqlite3* db_;
+ protected:
+  explicit Database(std::string path) : path_(std::move(path)) {}
   std::string path_;
-  std::unordered_map<std::string, sqlite3_stmt*> statements_;
-  bool event_written_ = false;
   int wal_pages_ = 0;
+
+ private:
+  bool event_written_ = false;
   std::vector<std::string> billing_changes_;
   std::optional<SysTime> schedule_noted_;
 };

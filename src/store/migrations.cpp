@@ -640,7 +640,15 @@ Result<int> current_schema_version(Database& db) {
 }
 
 Result<int> apply_migrations(Database& db, std::span<const Migration> migrations) {
-  if (auto s = db.exec_script("BEGIN IMMEDIATE"); !s) return fail(s.error());
+  // On PostgreSQL several gpucloudd may start at once: one migrates while the others wait on
+  // the lock, and each statement after it sees what the first committed (READ COMMITTED).
+  const bool postgres = db.dialect() == Dialect::postgres;
+  if (auto s = db.exec_script(postgres ? "BEGIN" : "BEGIN IMMEDIATE"); !s) return fail(s.error());
+  if (postgres)
+    if (auto s = db.exec_script("SELECT pg_advisory_xact_lock(7262737401)"); !s) {
+      (void)db.exec_script("ROLLBACK");
+      return fail(s.error());
+    }
   auto rollback_with = [&](Error e) -> Result<int> {
     (void)db.exec_script("ROLLBACK");
     return fail(std::move(e));

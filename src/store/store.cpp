@@ -6,8 +6,12 @@
 
 namespace gpucloud::store {
 
-Store::Store(std::string path, std::unique_ptr<Database> writer, int readers)
-    : path_(std::move(path)), writer_(std::move(writer)), reader_pool_(static_cast<std::size_t>(readers)) {}
+Store::Store(std::string path, std::unique_ptr<Database> writer, int readers, Connect connect_reader)
+    : path_(std::move(path)),
+      writer_(std::move(writer)),
+      dialect_(writer_->dialect()),
+      connect_reader_(std::move(connect_reader)),
+      reader_pool_(static_cast<std::size_t>(readers)) {}
 
 Store::~Store() {
   writer_pool_.join();
@@ -16,7 +20,7 @@ Store::~Store() {
 }
 
 void Store::request_checkpoint() {
-  if (checkpoint_pending_.exchange(true)) return;
+  if (dialect_ != Dialect::sqlite || checkpoint_pending_.exchange(true)) return;
   boost::asio::post(checkpoint_pool_, [this] {
     if (!checkpointer_)
       if (auto db = Database::open(path_, false)) checkpointer_ = std::move(*db);
@@ -34,7 +38,20 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path, int readers)
   auto version = apply_migrations(**writer, schema_migrations());
   if (!version) return fail(version.error());
   if (readers < 1) readers = 1;
-  std::unique_ptr<Store> store(new Store(path, std::move(*writer), readers));
+  auto connect_reader = [path]() { return Database::open(path, true); };
+  std::unique_ptr<Store> store(new Store(path, std::move(*writer), readers, std::move(connect_reader)));
+  return store;
+}
+
+Result<std::unique_ptr<Store>> Store::open_postgres(const PgConnectOptions& options, int readers) {
+  auto writer = connect_postgres(options);
+  if (!writer) return fail(writer.error());
+  auto version = apply_migrations(**writer, schema_migrations());
+  if (!version) return fail(version.error());
+  if (readers < 1) readers = 1;
+  auto connect_reader = [options]() { return connect_postgres(options); };
+  std::string where = (*writer)->path();
+  std::unique_ptr<Store> store(new Store(where, std::move(*writer), readers, std::move(connect_reader)));
   return store;
 }
 
@@ -48,7 +65,7 @@ std::unique_ptr<Database> Store::take_reader() {
     }
   }
   // Opened lazily, at most one per pool thread in practice.
-  auto db = Database::open(path_, true);
+  auto db = connect_reader_();
   return db ? std::move(*db) : nullptr;
 }
 

@@ -1,7 +1,10 @@
 #pragma once
-// The state store: one SQLite file in WAL mode. Writes are serialised on one thread (one
-// writer connection, each call one IMMEDIATE transaction); reads run on a bounded pool of
-// read-only connections. Callers on the event loop co_await both; nothing blocks the loop.
+// The state store: one SQLite file in WAL mode, or a PostgreSQL database (the cluster store,
+// shared by several gpucloudd). Writes are serialised on one thread of this process (one
+// writer connection, each call one transaction: IMMEDIATE on SQLite, SERIALIZABLE on
+// PostgreSQL, where a transaction that lost a race to another process is run again whole);
+// reads run on a bounded pool of read-only connections. Callers on the event loop co_await
+// both; nothing blocks the loop.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -15,12 +18,16 @@
 
 #include "core/offload.h"
 #include "store/database.h"
+#include "store/pg_database.h"
 
 namespace gpucloud::store {
 
 class Store {
  public:
   static Result<std::unique_ptr<Store>> open(const std::string& path, int readers);
+  // The cluster store: `readers` read connections beside the writer, opened as needed.
+  static Result<std::unique_ptr<Store>> open_postgres(const PgConnectOptions& options, int readers);
+  Dialect dialect() const { return dialect_; }
   ~Store();
 
   // Runs `work(Database&)` inside one transaction on the writer thread. `work` returns a
@@ -67,7 +74,8 @@ class Store {
   void on_schedule_commit(std::function<void(SysTime)> callback) { on_schedule_commit_ = std::move(callback); }
 
  private:
-  Store(std::string path, std::unique_ptr<Database> writer, int readers);
+  using Connect = std::function<Result<std::unique_ptr<Database>>()>;
+  Store(std::string path, std::unique_ptr<Database> writer, int readers, Connect connect_reader);
   std::unique_ptr<Database> take_reader();
   // The write-ahead log is copied back into the file on a thread of its own (PASSIVE: it
   // never waits for the writer or readers), once the log holds kCheckpointPages pages, so no
@@ -81,9 +89,21 @@ class Store {
     std::lock_guard lock(writer_mutex_);
     return run_write_locked<R>(work);
   }
+  // A transaction PostgreSQL refused as a serialization failure (another replica wrote what
+  // it read) is run again from the start, this many times at most.
+  static constexpr int kSerializationRetries = 20;
+
   template <class R, class F>
   R run_write_locked(F& work) {
-    if (auto s = writer_->exec_script("BEGIN IMMEDIATE"); !s) return R(tl::unexpected(s.error()));
+    for (int attempt = 0;; ++attempt) {
+      R result = run_write_once<R>(work);
+      if (result || !writer_->take_retryable_failure() || attempt + 1 >= kSerializationRetries) return result;
+    }
+  }
+  template <class R, class F>
+  R run_write_once(F& work) {
+    (void)writer_->take_retryable_failure();
+    if (auto s = writer_->exec_script(writer_->begin_write()); !s) return R(tl::unexpected(s.error()));
     std::optional<R> attempt;
     try {
       attempt.emplace(work(*writer_));
@@ -117,7 +137,7 @@ class Store {
     auto db = take_reader();
     if (!db) return R(tl::unexpected(Error{ErrorCode::unavailable, "store: no read connection", {}, 0}));
     // One read transaction per call: every statement in `work` sees the same snapshot.
-    if (auto s = db->exec_script("BEGIN"); !s) {
+    if (auto s = db->exec_script(db->begin_read()); !s) {
       give_back_reader(std::move(db));
       return R(tl::unexpected(s.error()));
     }
@@ -138,6 +158,8 @@ class Store {
   std::function<void(std::vector<std::string>)> on_billing_commit_;
   std::function<void(SysTime)> on_schedule_commit_;
   std::unique_ptr<Database> writer_;
+  Dialect dialect_;
+  Connect connect_reader_;
   std::mutex writer_mutex_;
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Database>> readers_;

@@ -1,0 +1,392 @@
+// The store on PostgreSQL (issue 27): the same migrations and statements as on SQLite, the
+// spellings that differ translated, serialization failures retried whole, and a gpucloudd that
+// runs on it. Needs the tests' PostgreSQL (scripts/start-postgres.sh); each test has a
+// database of its own.
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "core/unique_temp_dir.h"
+#include "store/migrations.h"
+#include "store/store.h"
+#include "support/capabilities.h"
+#include "support/postgres_test_db.h"
+#include "support/test_daemon.h"
+#include "support/test_resources.h"
+
+namespace gpucloud {
+namespace {
+namespace json = boost::json;
+using store::Database;
+using store::Store;
+using testing::PostgresTestDatabase;
+
+TEST(PostgresStoreTest, POSTGRES_MigrationsReachTheLatestVersionOnceEvenWithTwoStartingAtOnce) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  // Two control planes starting together on an empty database: one migrates, the other waits
+  // and finds it done.
+  std::atomic<int> opened{0};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> starts;
+  for (int i = 0; i < 2; ++i)
+    starts.emplace_back([&, i] {
+      auto s = Store::open_postgres(pg.options(), 1);
+      if (s) ++opened;
+      else errors[static_cast<std::size_t>(i)] = s.error().detail;
+    });
+  for (auto& t : starts) t.join();
+  EXPECT_EQ(opened, 2) << errors[0] << " | " << errors[1];
+  auto db = store::connect_postgres(pg.options());
+  ASSERT_TRUE(db) << db.error().detail;
+  auto version = store::current_schema_version(**db);
+  ASSERT_TRUE(version);
+  EXPECT_EQ(*version, store::schema_migrations().back().version);
+  auto count = (*db)->one("SELECT COUNT(*) FROM schema_version");
+  ASSERT_TRUE(count && *count);
+  EXPECT_EQ((*count)->int64(0), static_cast<std::int64_t>(store::schema_migrations().size()));
+  // Money and times are 64-bit in every table: no INTEGER (32-bit) column survived.
+  auto narrow = (*db)->all(
+      "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
+      "AND data_type IN ('integer', 'smallint', 'real')");
+  ASSERT_TRUE(narrow);
+  for (const auto& row : *narrow) ADD_FAILURE() << row.text(0) << "." << row.text(1) << " is narrower than 64 bits";
+}
+
+// What a statement answers on SQLite it answers on PostgreSQL.
+void expect_same_answers(Database& db) {
+  SCOPED_TRACE(db.dialect() == store::Dialect::sqlite ? "sqlite" : "postgres");
+  ASSERT_TRUE(db.exec_script("CREATE TABLE probe (k TEXT PRIMARY KEY, n INTEGER, x REAL, note TEXT)"));
+  const std::int64_t big = 9'000'000'000'000'000'000;
+  ASSERT_TRUE(db.run("INSERT INTO probe (k, n, x, note) VALUES (?, ?, ?, ?)", {"a", big, 0.1, "it's ? \"quoted\" 中文"}));
+  ASSERT_TRUE(db.run("INSERT INTO probe (k, n, x, note) VALUES (?, ?, ?, ?)", {"b", -7, 2.5, nullptr}));
+  ASSERT_TRUE(db.run("INSERT INTO probe (k, n, x, note) VALUES (?, ?, ?, ?)", {"c", 3'000'000'000'000'000, 1e-9, "?"}));
+  auto a = db.one("SELECT n, x, note, note IS NULL FROM probe WHERE k = ?", {"a"});
+  ASSERT_TRUE(a && *a);
+  EXPECT_EQ((*a)->int64(0), big);
+  EXPECT_DOUBLE_EQ(*(*a)->opt_double(1), 0.1);
+  EXPECT_EQ((*a)->text(2), "it's ? \"quoted\" 中文");
+  EXPECT_EQ((*a)->int64(3), 0);
+  auto b = db.one("SELECT note FROM probe WHERE k = 'b' AND note IS NULL");
+  ASSERT_TRUE(b && *b);
+  EXPECT_TRUE((*b)->is_null(0));
+  // A '?' inside quotes is text, not a placeholder.
+  auto q = db.one("SELECT COUNT(*) FROM probe WHERE note = '?' AND k = ?", {"c"});
+  ASSERT_TRUE(q && *q);
+  EXPECT_EQ((*q)->int64(0), 1);
+  // A parameter tested only for NULL, as the list filters do.
+  auto filtered = db.all("SELECT k FROM probe WHERE (? IS NULL OR k = ?) ORDER BY k", {nullptr, nullptr});
+  ASSERT_TRUE(filtered) << filtered.error().detail;
+  EXPECT_EQ(filtered->size(), 3u);
+  auto one_key = db.all("SELECT k FROM probe WHERE (? IS NULL OR k = ?) ORDER BY k", {"b", "b"});
+  ASSERT_TRUE(one_key) << one_key.error().detail;
+  ASSERT_EQ(one_key->size(), 1u);
+  // Scalar MAX/MIN of two values next to the aggregates.
+  auto m = db.one("SELECT MAX(?, n), MIN(n, ?), (SELECT MAX(n) FROM probe), (SELECT MIN(n) FROM probe) FROM probe "
+                  "WHERE k = 'b'",
+                  {5, -100});
+  ASSERT_TRUE(m && *m) << (m ? "" : m.error().detail);
+  EXPECT_EQ((*m)->int64(0), 5);
+  EXPECT_EQ((*m)->int64(1), -100);
+  EXPECT_EQ((*m)->int64(2), big);
+  EXPECT_EQ((*m)->int64(3), -7);
+  // A sum past 2^53 stays exact (PostgreSQL's SUM over BIGINT is NUMERIC).
+  auto sum = db.one("SELECT SUM(n) FROM probe WHERE n > 0");
+  ASSERT_TRUE(sum && *sum);
+  EXPECT_EQ((*sum)->int64(0), big + 3'000'000'000'000'000);
+  // changes() counts the rows a statement touched; each() reads in place.
+  ASSERT_TRUE(db.run("UPDATE probe SET n = n + ? WHERE n < ?", {1, 4'000'000'000'000'000'000}));
+  EXPECT_EQ(db.changes(), 2);
+  std::vector<std::string> seen;
+  ASSERT_TRUE(db.each("SELECT k, n FROM probe ORDER BY k", {}, [&](const store::RowView& row) {
+    seen.push_back(std::string(row.text(0)) + "=" + std::to_string(row.int64(1)));
+    return true;
+  }));
+  EXPECT_EQ(seen, (std::vector<std::string>{"a=" + std::to_string(big), "b=-6", "c=3000000000000001"}));
+  // A unique key breaks as a conflict.
+  auto dup = db.run("INSERT INTO probe (k, n) VALUES (?, ?)", {"a", 1});
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code, ErrorCode::conflict);
+}
+
+TEST(PostgresStoreTest, POSTGRES_StatementsAnswerAsTheyDoOnSqlite) {
+  GPUCLOUD_NEED_POSTGRES();
+  auto dir = testing::unique_temp_dir("gpucloud-pg");
+  auto lite = Database::open((dir / "probe.db").string(), false);
+  ASSERT_TRUE(lite);
+  expect_same_answers(**lite);
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  auto db = store::connect_postgres(pg.options());
+  ASSERT_TRUE(db) << db.error().detail;
+  expect_same_answers(**db);
+}
+
+TEST(PostgresStoreTest, POSTGRES_AFailedTransactionRollsBackWholeAndReadsSeeOnlyCommits) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  auto s = Store::open_postgres(pg.options(), 2);
+  ASSERT_TRUE(s) << s.error().detail;
+  Store& store = **s;
+  auto failed = store.write_now([](Database& db) -> Status {
+    if (auto r = db.run("INSERT INTO meta (key, value) VALUES ('a', '1')"); !r) return r;
+    return fail(ErrorCode::conflict, "changed my mind");
+  });
+  EXPECT_FALSE(failed);
+  auto written = store.write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('b', '2')"); });
+  ASSERT_TRUE(written) << written.error().detail;
+  auto rows = store.read_now([](Database& db) { return db.all("SELECT key FROM meta WHERE key IN ('a', 'b')"); });
+  ASSERT_TRUE(rows);
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].text(0), "b");
+}
+
+// Two stores on one database are two control-plane replicas. Each adds to one counter by
+// reading it and writing it back: under SERIALIZABLE one of two racing transactions fails, and
+// the store runs it again, so no increment is lost and none is made twice.
+TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  auto first = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(first) << first.error().detail;
+  auto second = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(second) << second.error().detail;
+  ASSERT_TRUE((*first)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('n', '0')"); }));
+  constexpr int kEach = 150;
+  std::atomic<int> failures{0}, attempts{0};
+  auto add = [&](Store& store) {
+    for (int i = 0; i < kEach; ++i) {
+      auto r = store.write_now([&](Database& db) -> Status {
+        ++attempts;
+        auto row = db.one("SELECT value FROM meta WHERE key = 'n'");
+        if (!row) return fail(row.error());
+        const std::int64_t n = std::stoll((*row)->text(0));
+        return db.run("UPDATE meta SET value = ? WHERE key = 'n'", {std::to_string(n + 1)});
+      });
+      if (!r) ++failures;
+    }
+  };
+  std::thread a([&] { add(**first); });
+  std::thread b([&] { add(**second); });
+  a.join();
+  b.join();
+  EXPECT_EQ(failures, 0);
+  auto n = (*first)->read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'n'"); });
+  ASSERT_TRUE(n && *n);
+  EXPECT_EQ((*n)->text(0), std::to_string(2 * kEach));
+  // The race happened: some transactions ran more than once.
+  EXPECT_GT(attempts.load(), 2 * kEach) << "no transaction was retried: the two replicas never raced";
+}
+
+TEST(PostgresStoreTest, POSTGRES_APasswordInTheUrlIsRefusedWithoutPrintingIt) {
+  GPUCLOUD_NEED_POSTGRES();
+  testing::TestDaemon d({.config_toml = "[store]\nurl = \"postgresql://gpucloud:sekrit-pw@127.0.0.1:1/x\"\n"});
+  try {
+    d.start();
+    FAIL() << "a password in store.url must stop the daemon";
+  } catch (const std::exception& e) {
+    const std::string said = e.what() + d.log();
+    EXPECT_NE(said.find("holds a password"), std::string::npos) << said;
+    EXPECT_EQ(said.find("sekrit-pw"), std::string::npos) << said;
+  }
+}
+
+// A whole gpucloudd on PostgreSQL: sign-up credit, an operator's credit, an instance run,
+// stopped and released, its compute charged once, the ledger adding up.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_AGpucloudOnPostgresRunsAnInstanceAndBillsIt) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  testing::DaemonOptions o;
+  o.config_toml = "[store]\nurl = \"" + pg.url() + "\"\npassword_file = \"" + testing::test_postgres()->password_file +
+                  "\"\n[billing]\nsignup_credit = 10000\n";
+  o.test_clock = true;
+  testing::TestDaemon d(o);
+  d.start();
+  const std::string alice = d.register_and_login("pg-alice");
+  auto credit = d.request("POST", "/api/v1/admin/users/pg-alice/credit", R"({"amount": 5000, "note": "pg"})",
+                          d.admin_token(), {{"Idempotency-Key", "pg-credit-1"}});
+  ASSERT_EQ(credit.status, 201) << credit.body;
+  auto again = d.request("POST", "/api/v1/admin/users/pg-alice/credit", R"({"amount": 5000, "note": "pg"})",
+                         d.admin_token(), {{"Idempotency-Key", "pg-credit-1"}});
+  EXPECT_EQ(again.status, 201) << again.body;
+  auto r = d.post("/api/v1/instances", json::object{{"name", "pg-one"}, {"gpu_count", 0}}, alice);
+  ASSERT_EQ(r.status, 202) << r.body;
+  d.wait_for_state("pg-one", "running", alice);
+  ASSERT_EQ(d.post("/api/v1/admin/clock", json::object{{"advance_seconds", 600}}, d.admin_token()).status, 200);
+  ASSERT_EQ(d.post("/api/v1/instances/pg-one/stop", json::object{}, alice).status, 202);
+  auto stopped = d.wait_for_state("pg-one", "stopped", alice);
+  const std::int64_t charged = stopped.at("charged").as_int64();
+  EXPECT_GE(stopped.at("run_seconds").as_int64(), 600);
+  EXPECT_GT(charged, 0);
+  auto account = d.get("/api/v1/billing/account", alice).json().as_object();
+  EXPECT_EQ(account.at("settled_balance").as_int64(), 15000 - charged) << json::serialize(account);
+  auto ledger = d.get("/api/v1/billing/ledger?limit=50", alice).json();
+  std::int64_t sum = 0;
+  for (const auto& e : ledger.at("items").as_array()) sum += e.at("amount").as_int64();
+  EXPECT_EQ(sum, 15000 - charged) << json::serialize(ledger);
+  auto events = d.get("/api/v1/events?limit=100", alice);
+  EXPECT_EQ(events.status, 200) << events.body;
+  EXPECT_NE(events.body.find("instance.running"), std::string::npos);
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/pg-one", "", alice).status, 202);
+  d.wait_for_state("pg-one", "released", alice);
+  // A restart reads everything back from PostgreSQL.
+  d.stop();
+  d.start();
+  auto after = d.get("/api/v1/billing/account", d.login("pg-alice", "password-123")).json().as_object();
+  EXPECT_EQ(after.at("settled_balance").as_int64(), 15000 - charged);
+}
+
+// A small installation's config: one host with two simulated GPUs, a priced no-GPU size, a
+// weekly GPU subscription.
+std::string installation_config() {
+  const int base = testing::port_block();
+  return R"(
+[[zones]]
+name = "zone-a"
+[[hosts]]
+name = "node-1"
+zone = "zone-a"
+cpu = 4
+memory_gib = 16
+port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
+simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 2 } ]
+[[offers]]
+gpu_model = "RTX 4090"
+cpu_per_gpu = 1
+memory_gib_per_gpu = 1
+price_per_gpu_hour = 198
+price_per_gpu_week = 26600
+price_per_gpu_month = 99800
+[no_gpu_offer]
+cpu = 1
+memory_gib = 1
+price_per_hour = 3600
+[storage_prices]
+system_disk_free_gib = 30
+data_disk_per_gib_hour = 0.02
+[billing]
+signup_credit = 0
+)";
+}
+
+// What a user sees of their money and resources, to compare before and after the move.
+struct UserView {
+  std::string account;  // settled_balance
+  std::vector<std::string> ledger;
+  std::vector<std::string> instances;
+  std::vector<std::string> disks;
+};
+
+UserView view_of(const testing::TestDaemon& d, const std::string& token) {
+  UserView v;
+  auto account = d.get("/api/v1/billing/account", token).json().as_object();
+  v.account = json::serialize(account.at("settled_balance"));
+  std::string cursor;
+  for (int page = 0; page < 1000; ++page) {
+    auto doc = d.get("/api/v1/billing/ledger?limit=200" + (cursor.empty() ? "" : "&cursor=" + cursor), token).json();
+    for (const auto& e : doc.at("items").as_array()) v.ledger.push_back(json::serialize(e));
+    const auto* next = doc.as_object().if_contains("next_cursor");
+    if (!next || next->is_null()) break;
+    cursor = std::string(next->as_string());
+  }
+  const json::value instances = d.get("/api/v1/instances", token).json();
+  for (const auto& i : instances.at("items").as_array())
+    v.instances.push_back(std::string(i.at("name").as_string()) + ":" + std::string(i.at("state").as_string()) + ":" +
+                          json::serialize(i.at("billing")));
+  const json::value disks = d.get("/api/v1/disks", token).json();
+  for (const auto& disk : disks.at("items").as_array())
+    v.disks.push_back(std::string(disk.at("name").as_string()) + ":" + json::serialize(disk.at("size_gib")));
+  return v;
+}
+
+// gpucloudd migrate-store: an installation with users, instances, a disk, a weekly subscription
+// renewed all year and a year of hourly charges moves to PostgreSQL; a gpucloudd started on the
+// copy shows every user the same balance, ledger, instances and disks; a second copy into the
+// same database is refused.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_MigrateStoreMovesAYearOfAnInstallationExactly) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  testing::DaemonOptions o;
+  o.config_toml = installation_config();
+  o.test_clock = true;
+  o.signup_credit = 0;
+  testing::TestDaemon d(o);
+  d.start();
+  const std::string alice = d.register_and_login("mv-alice");
+  const std::string bob = d.register_and_login("mv-bob");
+  for (const auto& [user, amount] : {std::pair{"mv-alice", 80'000'000}, std::pair{"mv-bob", 2'000'000}}) {
+    auto r = d.request("POST", std::string("/api/v1/admin/users/") + user + "/credit",
+                       json::serialize(json::object{{"amount", amount}, {"note", "move"}}), d.admin_token(),
+                       {{"Idempotency-Key", std::string("mv-") + user}});
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+  ASSERT_EQ(d.post("/api/v1/instances", json::object{{"name", "hourly"}, {"gpu_count", 0}}, alice).status, 202);
+  auto sub = d.post("/api/v1/instances",
+                    json::object{{"name", "weekly"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1},
+                                 {"billing", json::object{{"mode", "weekly"}, {"auto_renew", true}}}},
+                    alice);
+  ASSERT_EQ(sub.status, 202) << sub.body;
+  ASSERT_EQ(d.post("/api/v1/disks", json::object{{"name", "data"}, {"size_gib", 1}}, bob).status, 202);
+  ASSERT_EQ(d.post("/api/v1/instances", json::object{{"name", "bobs"}, {"gpu_count", 0}}, bob).status, 202);
+  d.wait_for_state("hourly", "running", alice);
+  d.wait_for_state("weekly", "running", alice);
+  d.wait_for_state("bobs", "running", bob);
+  ASSERT_EQ(d.post("/api/v1/instances/bobs/stop", json::object{}, bob).status, 202);
+  d.wait_for_state("bobs", "stopped", bob);
+  // A year, a month at a time: hourly settlements and weekly renewals.
+  for (int month = 0; month < 12; ++month) {
+    auto r = d.post("/api/v1/admin/clock", json::object{{"advance_seconds", 30 * 86400}}, d.admin_token());
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const UserView alice_before = view_of(d, alice), bob_before = view_of(d, bob);
+  EXPECT_GT(alice_before.ledger.size(), 50u) << "a year of charges and renewals";
+  ASSERT_EQ(d.stop(), 0);
+
+  const std::string migrate = "GPUCLOUD_STORE_PASSWORD= " GPUCLOUD_BIN_DIR "/gpucloudd migrate-store --from sqlite://" +
+                              d.data_dir() + "/gpucloud.db --to " + pg.url() + " --password-file " +
+                              testing::test_postgres()->password_file + " 2>&1; echo \"exit=$?\"";
+  const std::string out = testing::shell(migrate);
+  ASSERT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("verified every table's count"), std::string::npos) << out;
+  EXPECT_NE(out.find("ledger_entries"), std::string::npos) << out;
+
+  // The same installation, now on PostgreSQL.
+  std::ofstream(d.dir() + "/gpucloud.toml", std::ios::app)
+      << "\n[store]\nurl = \"" << pg.url() << "\"\npassword_file = \"" << testing::test_postgres()->password_file << "\"\n";
+  d.start();
+  const std::string alice_again = d.login("mv-alice", "password-123");
+  const std::string bob_again = d.login("mv-bob", "password-123");
+  const UserView alice_after = view_of(d, alice_again), bob_after = view_of(d, bob_again);
+  EXPECT_EQ(alice_after.account, alice_before.account);
+  EXPECT_EQ(alice_after.ledger, alice_before.ledger);
+  EXPECT_EQ(alice_after.instances, alice_before.instances);
+  EXPECT_EQ(bob_after.account, bob_before.account);
+  EXPECT_EQ(bob_after.ledger, bob_before.ledger);
+  EXPECT_EQ(bob_after.instances, bob_before.instances);
+  EXPECT_EQ(bob_after.disks, bob_before.disks);
+  // Life goes on there: the hourly instance stops, charged once more for nothing (no time passed).
+  ASSERT_EQ(d.post("/api/v1/instances/hourly/stop", json::object{}, alice_again).status, 202);
+  d.wait_for_state("hourly", "stopped", alice_again);
+  for (const char* name : {"hourly", "weekly"})
+    EXPECT_EQ(d.request("DELETE", std::string("/api/v1/instances/") + name, "", alice_again).status, 202);
+  EXPECT_EQ(d.request("DELETE", "/api/v1/instances/bobs", "", bob_again).status, 202);
+  d.wait_for_state("hourly", "released", alice_again);
+  d.wait_for_state("weekly", "released", alice_again);
+  d.wait_for_state("bobs", "released", bob_again);
+  ASSERT_EQ(d.stop(), 0);
+  // A second copy into a database that holds an installation is refused, and changes nothing.
+  const std::string again = testing::shell(migrate);
+  EXPECT_NE(again.find("exit=1"), std::string::npos) << again;
+  EXPECT_NE(again.find("already holds an installation"), std::string::npos) << again;
+}
+
+}  // namespace
+}  // namespace gpucloud
