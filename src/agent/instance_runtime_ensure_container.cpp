@@ -245,6 +245,12 @@ awaitable<Result<json::object>> InstanceRuntime::ensure_observed(EnsureRun& run)
       spdlog::info(R"({{"event":"instance_ssh_not_listening","instance":"{}","waited_ms":{}}})", id,
                    options_.ssh_listen_wait.count());
   }
+  // A container that died while it booted (its init missing or failing: the engine's init
+  // process started, then exited) did not start, whatever the first look said: look again.
+  if (run.booted && now->running) {
+    auto after = co_await driver_->inspect(record.container_id);
+    if (after && after->exists) now = std::move(after);
+  }
 
   // Saved again only when the log gave a host key: everything else was saved above.
   if (!slot.record || slot.record->host_key != record.host_key || run.resave) {

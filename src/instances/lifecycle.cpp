@@ -575,12 +575,18 @@ asio::awaitable<void> InstanceService::reconcile_pass() {
     auto holders = market::reservation_holders(db);
     if (!holders) return fail(holders.error());
     for (const auto& h : *holders) {
-      auto state = instance_state_of(db, h);
-      if (!state) return fail(state.error());
-      if (!*state || !holds_reservation(**state)) {
+      auto loaded = load_instance(db, h);
+      if (!loaded) return fail(loaded.error());
+      const auto& instance = *loaded;
+      // A subscription stopped inside its paid term keeps its GPUs (transition.cpp): that
+      // reservation is explained too.
+      const bool kept_by_subscription = instance &&
+                                        (instance->state == S::stopping || instance->state == S::stopped) &&
+                                        instance->expires_at && instance->in_paid_term(now);
+      if (!instance || (!holds_reservation(instance->state) && !kept_by_subscription)) {
         if (auto r = market::release_reservation(db, h, now); !r) return fail(r.error());
         spdlog::warn(R"({{"event":"reservation_freed","holder":"{}","state":"{}"}})", h,
-                     *state ? std::string(to_string(**state)) : std::string());
+                     instance ? std::string(to_string(instance->state)) : std::string());
       }
     }
     return ok();

@@ -702,6 +702,32 @@ TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
   EXPECT_TRUE(view_of(id).at("degraded").is_null());
 }
 
+// Reconcile frees reservations no live instance explains; a subscription stopped inside its
+// paid term explains its own (it keeps its GPUs), so a pass after the stop leaves them alone.
+TEST_F(LifecycleTest, AReconcileAfterASubscriptionsStopKeepsItsGpu) {
+  config_.offers[0].price_per_gpu_week = 26600;
+  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
+  policy::CreateInstanceRequest r;
+  r.name = "sub";
+  r.zone = "zone-a";
+  r.image = kBaseImageName;
+  r.gpu_model = "RTX 4090";
+  r.gpu_count = 1;
+  r.cpu = 8;
+  r.memory_gib = 32;
+  r.billing_mode = "weekly";
+  const std::string id = "i-kept";
+  auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
+  ASSERT_TRUE(created) << created.error().detail;
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
+  service_->kick(id);
+  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  reconcile_once();
+  EXPECT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"}) << "a reconcile pass freed a paid-for GPU";
+}
+
 // Reports no NVML would make: the daemon records them, flags what it cannot tell apart, and
 // goes on serving; nothing is placed on an ambiguous GPU.
 TEST_F(LifecycleTest, OddGpuReportsNeverStopTheRegistry) {

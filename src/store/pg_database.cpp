@@ -153,17 +153,37 @@ class PgDatabase final : public Database {
     return fail(error_of(result, what));
   }
 
-  Result<const Prepared*> prepare(std::string_view sql) {
+  // Prepared once per statement and per kind of arguments: an integer is declared BIGINT and
+  // a real DOUBLE PRECISION, so `CASE WHEN ... THEN ? ELSE ? END` added to a BIGINT column is
+  // integer arithmetic (undeclared, PostgreSQL would take it for text); text and NULL stay
+  // undeclared, typed by where they stand.
+  Result<const Prepared*> prepare(std::string_view sql, std::initializer_list<Arg> args) {
     std::string key(sql);
+    key += '\0';
+    std::vector<Oid> types;
+    types.reserve(args.size());
+    for (const Arg& arg : args) {
+      if (std::holds_alternative<std::int64_t>(arg.value)) {
+        types.push_back(kInt8Oid);
+        key += 'i';
+      } else if (std::holds_alternative<double>(arg.value)) {
+        types.push_back(kFloat8Oid);
+        key += 'd';
+      } else {
+        types.push_back(0);
+        key += 'u';
+      }
+    }
     if (auto it = statements_.find(key); it != statements_.end()) return &it->second;
     Prepared prepared{"s" + std::to_string(statements_.size() + 1)};
-    ResultPtr result(PQprepare(conn_, prepared.name.c_str(), to_postgres(sql).c_str(), 0, nullptr));
+    ResultPtr result(PQprepare(conn_, prepared.name.c_str(), to_postgres(sql).c_str(), static_cast<int>(types.size()),
+                               types.empty() ? nullptr : types.data()));
     if (auto s = check(result.get(), "prepare"); !s) return fail(s.error());
     return &statements_.emplace(std::move(key), std::move(prepared)).first->second;
   }
 
   Result<ResultPtr> execute(std::string_view sql, std::initializer_list<Arg> args) {
-    auto prepared = prepare(sql);
+    auto prepared = prepare(sql, args);
     if (!prepared) return fail(prepared.error());
     // Every parameter travels as text; PostgreSQL parses it as the type it inferred.
     std::vector<std::string> texts;

@@ -1,5 +1,10 @@
 #include "store/store.h"
 
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
 #include <boost/asio/post.hpp>
 
 #include "store/migrations.h"
@@ -17,6 +22,12 @@ Store::~Store() {
   writer_pool_.join();
   reader_pool_.join();
   checkpoint_pool_.join();
+}
+
+void Store::pause_before_retry(int attempt) {
+  thread_local std::minstd_rand random{std::random_device{}()};
+  const int ceiling_us = 200 * std::min(attempt + 1, 25);  // up to 5 ms
+  std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, ceiling_us)(random)));
 }
 
 void Store::request_checkpoint() {

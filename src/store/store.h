@@ -90,14 +90,18 @@ class Store {
     return run_write_locked<R>(work);
   }
   // A transaction PostgreSQL refused as a serialization failure (another replica wrote what
-  // it read) is run again from the start, this many times at most.
-  static constexpr int kSerializationRetries = 20;
+  // it read) is run again from the start, this many times at most, after a short random pause
+  // that grows with each try (two replicas retrying in lockstep would collide again). The
+  // pause is on the writer thread, never on the event loop.
+  static constexpr int kSerializationRetries = 50;
+  static void pause_before_retry(int attempt);
 
   template <class R, class F>
   R run_write_locked(F& work) {
     for (int attempt = 0;; ++attempt) {
       R result = run_write_once<R>(work);
       if (result || !writer_->take_retryable_failure() || attempt + 1 >= kSerializationRetries) return result;
+      pause_before_retry(attempt);
     }
   }
   template <class R, class F>

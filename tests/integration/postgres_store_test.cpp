@@ -315,7 +315,10 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_MigrateStoreMovesAYearOfAnInstallat
   PostgresTestDatabase pg;
   ASSERT_TRUE(pg.ok());
   testing::DaemonOptions o;
-  o.config_toml = installation_config();
+  // On SQLite, whatever GPUCLOUD_TEST_STORE says: that is what is moved.
+  const std::string on_sqlite = "\n[store]\nurl = \"sqlite://DATA_DIR/gpucloud.db\"\n";
+  const std::string config = installation_config();
+  o.config_toml = config + on_sqlite;
   o.test_clock = true;
   o.signup_credit = 0;
   testing::TestDaemon d(o);
@@ -359,8 +362,9 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_MigrateStoreMovesAYearOfAnInstallat
   EXPECT_NE(out.find("ledger_entries"), std::string::npos) << out;
 
   // The same installation, now on PostgreSQL.
-  std::ofstream(d.dir() + "/gpucloud.toml", std::ios::app)
-      << "\n[store]\nurl = \"" << pg.url() << "\"\npassword_file = \"" << testing::test_postgres()->password_file << "\"\n";
+  std::ofstream(d.dir() + "/gpucloud.toml")
+      << config << "\n[store]\nurl = \"" << pg.url() << "\"\npassword_file = \""
+      << testing::test_postgres()->password_file << "\"\n";
   d.start();
   const std::string alice_again = d.login("mv-alice", "password-123");
   const std::string bob_again = d.login("mv-bob", "password-123");

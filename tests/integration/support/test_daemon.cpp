@@ -1,5 +1,7 @@
 #include "support/test_daemon.h"
 
+#include "support/postgres_test_db.h"
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -102,6 +104,12 @@ bool docker_available() {
 }
 
 std::string TestDaemon::installation_id() const {
+  if (postgres_) {
+    auto db = store::connect_postgres(postgres_->options());
+    if (!db) return "";
+    auto row = (*db)->one("SELECT value FROM meta WHERE key = 'installation_id'");
+    return row && *row ? (*row)->text(0) : "";
+  }
   std::string db = data_dir_ + "/gpucloud.db";
   if (!fs::exists(db)) return "";
   std::string out = shell("sqlite3 '" + db + "' \"SELECT value FROM meta WHERE key = 'installation_id'\" 2>/dev/null");
@@ -178,6 +186,13 @@ TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   fs::create_directories(data_dir_);
   if (options_.signup_credit > 0 && options_.config_toml.find("[billing]") == std::string::npos)
     options_.config_toml += "\n[billing]\nsignup_credit = " + std::to_string(options_.signup_credit) + "\n";
+  const char* backend = std::getenv("GPUCLOUD_TEST_STORE");
+  if (backend && std::string_view(backend) == "postgres" && options_.config_toml.find("[store]") == std::string::npos) {
+    postgres_ = std::make_unique<PostgresTestDatabase>();
+    if (!postgres_->ok()) throw std::runtime_error("GPUCLOUD_TEST_STORE=postgres: the tests' PostgreSQL does not answer");
+    options_.config_toml += "\n[store]\nurl = \"" + postgres_->url() + "\"\npassword_file = \"" +
+                            test_postgres()->password_file + "\"\n";
+  }
   if (!options_.config_toml.empty()) {
     std::ofstream(dir_ + "/gpucloud.toml") << options_.config_toml;
   }
@@ -236,6 +251,16 @@ TestDaemon::~TestDaemon() {
 
 void TestDaemon::start(const std::string& armed_fault_point) {
   std::string out_path = log_path(generation_++);
+  // A test that rewrote the config (a price, a host taken out) keeps its daemon on PostgreSQL.
+  if (postgres_) {
+    std::ifstream in(dir_ + "/gpucloud.toml");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find("[store]") == std::string::npos)
+      std::ofstream(dir_ + "/gpucloud.toml", std::ios::app) << "\n[store]\nurl = \"" << postgres_->url()
+                                                            << "\"\npassword_file = \"" << test_postgres()->password_file
+                                                            << "\"\n";
+  }
   armed_ = armed_fault_point;
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");

@@ -18,6 +18,8 @@
 
 namespace gpucloud::testing {
 
+class PostgresTestDatabase;
+
 struct HttpResult {
   int status = 0;
   std::string body;
@@ -85,6 +87,10 @@ class TestDaemon {
   // instance reaches a terminal state (error, released) other than `state`, at once.
   boost::json::value wait_for_state(const std::string& name, const std::string& state, const std::string& token,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  // Whether this daemon's store is PostgreSQL: GPUCLOUD_TEST_STORE=postgres runs every daemon
+  // of a test run on a database of its own on the tests' PostgreSQL (the suites that run on
+  // both backends, tests/CMakeLists: the *.OnPostgres entries).
+  bool on_postgres() const { return postgres_ != nullptr; }
 
  private:
   std::string log_path(int generation) const;
@@ -100,6 +106,7 @@ class TestDaemon {
   std::string armed_;                 // the fault point armed in the current run
   std::vector<std::string> problems_;  // reported once, at teardown
   std::unique_ptr<ResourceLease> lease_;
+  std::unique_ptr<PostgresTestDatabase> postgres_;
 };
 
 struct CliResult {
