@@ -90,7 +90,8 @@ awaitable<Status> InstanceRuntime::ensure_fits_spec(EnsureRun& run) {
     record.created_with.cpu = spec.cpu;
     record.created_with.memory_gib = spec.memory_gib;
     if (run.old_record) run.old_record->created_with = record.created_with;  // the container has them even if a later step fails
-    if (auto s = store_.save_instance(record); !s) co_return fail(std::move(s.error()));
+    // On the state thread, as every record write: an fsync never runs on the event loop.
+    if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
     slot.record = record;
     spdlog::info(R"({{"event":"instance_resized","instance":"{}","cpus":{},"memory_gib":{}}})", id, *applied,
                  spec.memory_gib);

@@ -172,7 +172,7 @@ struct Fleet {
   std::vector<std::unique_ptr<AgentProcess>> agents;
 };
 
-TEST(RemoteAgentTest, DOCKER_ROOT_ThreeAgentsInTheirOwnNamespacesSurviveAKillAndACutLink) {
+TEST(RemoteAgentTest, DOCKER_ROOT_SLOW_ThreeAgentsInTheirOwnNamespacesSurviveAKillAndACutLink) {
   GPUCLOUD_NEED_ENGINE();
   GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
   Fleet fleet;
