@@ -35,6 +35,7 @@ App::App(asio::any_io_executor loop, config::Config config, std::unique_ptr<stor
       store_(std::move(store)),
       clock_(std::move(clock)),
       login_throttle_(config_.server.login_failures_allowed, config_.server.login_window),
+      auth_cache_(store_->dialect() == store::Dialect::postgres ? AuthCache::kSharedStoreMaxAge : AuthCache::kMaxAge),
       body_hash_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "idempotency.key").string())),
       csrf_key_(auth::load_or_create_key((std::filesystem::path(config_.data_dir) / "csrf.key").string())) {
   {

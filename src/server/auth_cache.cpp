@@ -5,7 +5,7 @@ namespace gpucloud::server {
 std::optional<auth::Principal> AuthCache::find(const std::string& token_hash, SysTime now, Clock::time_point mono_now) {
   auto it = entries_.find(token_hash);
   if (it == entries_.end()) return std::nullopt;
-  if ((!it->second.expires_at || *it->second.expires_at > now) && mono_now - it->second.cached_at < kMaxAge)
+  if ((!it->second.expires_at || *it->second.expires_at > now) && mono_now - it->second.cached_at < max_age_)
     return it->second.principal;
   entries_.erase(it);
   return std::nullopt;

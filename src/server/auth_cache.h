@@ -19,12 +19,17 @@ class AuthCache {
   using Clock = std::chrono::steady_clock;
   // Bounds staleness from changes made by another process sharing the store.
   static constexpr auto kMaxAge = std::chrono::seconds(60);
+  // On PostgreSQL other gpucloudd share the store: a token revoked or a user disabled through
+  // one of them is refused by every other within this (issue 27: within 2 s).
+  static constexpr auto kSharedStoreMaxAge = std::chrono::seconds(1);
   static constexpr std::size_t kMaxEntries = 100000;
+
+  explicit AuthCache(Clock::duration max_age = kMaxAge) : max_age_(max_age) {}
 
   // Take before starting a store lookup; pass to insert() with its result.
   std::uint64_t generation() const { return generation_; }
   // The cached principal, unless absent, expired (`now`: the wall clock tokens expire by)
-  // or older than kMaxAge.
+  // or older than its max age.
   std::optional<auth::Principal> find(const std::string& token_hash, SysTime now, Clock::time_point mono_now);
   // Caches a lookup's result; refused (false) when invalidate() ran after `lookup_generation`.
   bool insert(const std::string& token_hash, auth::Principal principal, std::optional<SysTime> expires_at,
@@ -39,6 +44,7 @@ class AuthCache {
     std::optional<SysTime> expires_at;
     Clock::time_point cached_at;
   };
+  Clock::duration max_age_;
   std::unordered_map<std::string, Entry> entries_;
   std::uint64_t generation_ = 0;
 };

@@ -37,6 +37,18 @@ TEST(AuthCache, InvalidateForgetsEverything) {
   EXPECT_FALSE(cache.find("b", system_now(), mono));
 }
 
+TEST(AuthCache, OnASharedStoreEntriesLiveOneSecond) {
+  AuthCache cache(AuthCache::kSharedStoreMaxAge);
+  const auto now = system_now();
+  const auto mono = AuthCache::Clock::now();
+  auth::Principal p;
+  p.user.id = "u-1";
+  p.token_id = "tok-1";
+  ASSERT_TRUE(cache.insert("api", p, std::nullopt, cache.generation(), mono));
+  EXPECT_TRUE(cache.find("api", now, mono + std::chrono::milliseconds(900)));
+  EXPECT_FALSE(cache.find("api", now, mono + std::chrono::seconds(1))) << "another gpucloudd may have revoked it";
+}
+
 TEST(AuthCache, ExpiredTokensAndOldEntriesAreNotServed) {
   AuthCache cache;
   auto now = system_now();

@@ -242,6 +242,46 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_AGpucloudOnPostgresRunsAnInstanceAndBill
   EXPECT_EQ(after.at("settled_balance").as_int64(), 15000 - charged);
 }
 
+// Two gpucloudd on one PostgreSQL database answer for the same platform: a user registered
+// through one logs in through the other, and an API token revoked (or a user disabled) through
+// one is refused by the other within 2 s (its token cache lives 1 s on a shared store).
+TEST(PostgresStoreTest, DOCKER_POSTGRES_ARevocationThroughOneGpucloudReachesAnotherWithinTwoSeconds) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  const std::string store = "[store]\nurl = \"" + pg.url() + "\"\npassword_file = \"" +
+                            testing::test_postgres()->password_file + "\"\n";
+  testing::TestDaemon a({.config_toml = store});
+  a.start();
+  testing::TestDaemon b({.config_toml = store});
+  b.start();
+  const std::string session = a.register_and_login("two-erin");
+  auto created = a.post("/api/v1/tokens", json::object{{"name", "ci"}}, session);
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string api_token(created.json().at("token").as_string());
+  const std::string id(created.json().at("id").as_string());
+  ASSERT_EQ(b.get("/api/v1/me", api_token).status, 200) << "the other replica knows the token";
+  ASSERT_EQ(a.request("DELETE", "/api/v1/tokens/" + id, "", session).status, 204);
+  const auto revoked_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return b.get("/api/v1/me", api_token).status == 401; }, std::chrono::seconds(5),
+                                  "the other replica to refuse the revoked token"));
+  EXPECT_LE(std::chrono::steady_clock::now() - revoked_at, std::chrono::seconds(2));
+  // Disabled through b: a's sessions stop within 2 s too.
+  const std::string other = b.login("two-erin", "password-123");
+  ASSERT_EQ(a.get("/api/v1/me", other).status, 200);
+  auto users = b.get("/api/v1/admin/users?limit=200", b.admin_token()).json();
+  std::string user_id;
+  for (const auto& u : users.at("items").as_array())
+    if (u.at("username") == "two-erin") user_id = std::string(u.at("id").as_string());
+  ASSERT_FALSE(user_id.empty()) << json::serialize(users);
+  ASSERT_EQ(b.request("PATCH", "/api/v1/admin/users/" + user_id, R"({"disabled": true})", b.admin_token()).status, 200);
+  const auto disabled_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return a.get("/api/v1/me", other).status == 401; }, std::chrono::seconds(5),
+                                  "the first replica to refuse a disabled user's session"));
+  EXPECT_LE(std::chrono::steady_clock::now() - disabled_at, std::chrono::seconds(2));
+}
+
 // A small installation's config: one host with two simulated GPUs, a priced no-GPU size, a
 // weekly GPU subscription.
 std::string installation_config() {
