@@ -142,7 +142,13 @@ asio::awaitable<void> App::poll_event_seq() {
       last_purge = std::chrono::steady_clock::now();
     }
     auto read = [](store::Database& db) { return events::latest_seq(db); };
-    if (auto seq = co_await store_->read(std::move(read)); seq) latest_event_seq_ = *seq;
+    if (auto seq = co_await store_->read(std::move(read)); seq) {
+      // Another process sharing the store (a replica on PostgreSQL) wrote events: its streams
+      // here are woken now, not at their next tick (within 1 s end to end, issue 27).
+      const bool moved = *seq > latest_event_seq_;
+      latest_event_seq_ = *seq;
+      if (moved) wake_event_streams();
+    }
     tick.expires_after(std::chrono::milliseconds(200));
     auto [ec] = co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
     (void)ec;

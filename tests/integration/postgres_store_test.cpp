@@ -3,7 +3,9 @@
 // runs on it. Needs the tests' PostgreSQL (scripts/start-postgres.sh); each test has a
 // database of its own.
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <boost/json.hpp>
@@ -262,6 +264,27 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_ARevocationThroughOneGpucloudReachesAnot
   const std::string api_token(created.json().at("token").as_string());
   const std::string id(created.json().at("id").as_string());
   ASSERT_EQ(b.get("/api/v1/me", api_token).status, 200) << "the other replica knows the token";
+  // An event written through a reaches b's event stream within 1 s.
+  const std::string stream_out = testing::unique_temp_dir("gpucloud-pg-sse") / "stream.txt";
+  const std::string curl = "curl -sN --max-time 6 -H 'Authorization: Bearer " + session + "' " + b.endpoint() +
+                           "/api/v1/events/stream > " + stream_out + " 2>/dev/null &";
+  // A first event, streamed from the past, says the stream is connected.
+  ASSERT_EQ(a.post("/api/v1/security-groups", json::object{{"name", "before"}, {"rules", json::array{}}}, session).status, 201);
+  testing::shell(curl);
+  auto streamed = [&](const std::string& what) {
+    std::ifstream in(stream_out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str().find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(testing::wait_until([&] { return streamed("security group before created"); }, std::chrono::seconds(4),
+                                  "b's stream to connect"));
+  auto group = a.post("/api/v1/security-groups", json::object{{"name", "across"}, {"rules", json::array{}}}, session);
+  ASSERT_EQ(group.status, 201) << group.body;
+  const auto written_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return streamed("security group across created"); }, std::chrono::seconds(4),
+                                  "b's stream to carry the event written through a"));
+  EXPECT_LE(std::chrono::steady_clock::now() - written_at, std::chrono::seconds(1));
   ASSERT_EQ(a.request("DELETE", "/api/v1/tokens/" + id, "", session).status, 204);
   const auto revoked_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(testing::wait_until([&] { return b.get("/api/v1/me", api_token).status == 401; }, std::chrono::seconds(5),
