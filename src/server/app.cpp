@@ -1,5 +1,7 @@
 #include "server/app.h"
 
+#include "auth/shared_login_failures.h"
+
 #include "policy/account_enforcement.h"
 #include "policy/cost_control.h"
 
@@ -137,7 +139,10 @@ asio::awaitable<void> App::poll_event_seq() {
   while (!shutting_down_) {
     // Expired Idempotency-Keys go (claims purge too); their answers are kept no longer than 24 h.
     if (std::chrono::steady_clock::now() - last_purge > std::chrono::hours(1)) {
-      auto purge = [](store::Database& db) { return store::purge_idempotency_keys(db, system_now()); };
+      auto purge = [window = config_.server.login_window](store::Database& db) -> Status {
+        if (auto s = auth::purge_shared_login_failures(db, window, system_now()); !s) return s;
+        return store::purge_idempotency_keys(db, system_now());
+      };
       (void)co_await store_->write(std::move(purge));
       last_purge = std::chrono::steady_clock::now();
     }

@@ -625,6 +625,12 @@ ALTER TABLE meters ADD COLUMN held_since INTEGER;
     {26, R"sql(
 ALTER TABLE hosts ADD COLUMN public_address TEXT NOT NULL DEFAULT '';
 )sql"},
+    // Failed logins where several gpucloudd share the store (issue 27): the throttle holds
+    // across them. Key: username and client address; `at` unix microseconds.
+    {27, R"sql(
+CREATE TABLE login_failures (key TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE INDEX login_failures_by_key ON login_failures(key, at);
+)sql"},
 };
 
 }  // namespace

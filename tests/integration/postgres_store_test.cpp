@@ -305,6 +305,31 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_ARevocationThroughOneGpucloudReachesAnot
   EXPECT_LE(std::chrono::steady_clock::now() - disabled_at, std::chrono::seconds(2));
 }
 
+// Login throttling holds across replicas: failures through either count together.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_FailedLoginsThroughTwoGpucloudCountTogether) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  const std::string config = "[server]\nlogin_failures_allowed = 3\nlogin_window = \"10m\"\n[store]\nurl = \"" +
+                             pg.url() + "\"\npassword_file = \"" + testing::test_postgres()->password_file + "\"\n";
+  testing::TestDaemon a({.config_toml = config});
+  a.start();
+  testing::TestDaemon b({.config_toml = config});
+  b.start();
+  (void)a.register_and_login("two-guess");
+  auto attempt = [](const testing::TestDaemon& d, const std::string& password) {
+    return d.request("POST", "/api/v1/auth/login",
+                     json::serialize(json::object{{"username", "two-guess"}, {"password", password}}));
+  };
+  EXPECT_EQ(attempt(a, "wrong-1").status, 401);
+  EXPECT_EQ(attempt(b, "wrong-2").status, 401);
+  EXPECT_EQ(attempt(a, "wrong-3").status, 401);
+  auto refused = attempt(b, "password-123");
+  EXPECT_EQ(refused.status, 429) << "three failures through two replicas reach the limit of 3: " << refused.body;
+  EXPECT_EQ(attempt(a, "password-123").status, 429);
+}
+
 // A small installation's config: one host with two simulated GPUs, a priced no-GPU size, a
 // weekly GPU subscription.
 std::string installation_config() {

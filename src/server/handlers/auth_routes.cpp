@@ -5,6 +5,7 @@
 #include "api/auth_views.h"
 #include "api/json_input.h"
 #include "auth/credentials.h"
+#include "auth/shared_login_failures.h"
 #include "core/ids.h"
 #include "billing/ledger.h"
 #include "server/app.h"
@@ -72,6 +73,22 @@ asio::awaitable<Result<auth::User>> verify_credentials(RequestContext& ctx) {
     co_return fail(ErrorCode::invalid_argument, "password: must be at most 1024 characters");
   const std::string& address = ctx.request.client_address;
   auto& throttle = app.login_throttle();
+  // Replicas on one PostgreSQL store count each other's failures (issue 27).
+  const bool shared = app.store().dialect() == store::Dialect::postgres;
+  const std::string shared_key = auth::login_failure_key(*username, address);
+  const int limit = app.config().server.login_failures_allowed;
+  const std::chrono::seconds window = app.config().server.login_window;
+  if (shared) {
+    auto read = [shared_key, limit, window, now = system_now()](store::Database& db) {
+      return auth::shared_login_wait(db, shared_key, limit, window, now);
+    };
+    auto wait = co_await app.store().read(std::move(read));
+    if (!wait) co_return tl::unexpected(wait.error());
+    if (*wait > 0) {
+      Error e{ErrorCode::rate_limited, "too many failed logins; try again in " + std::to_string(*wait) + " s", {}, *wait};
+      co_return tl::unexpected(e);
+    }
+  }
   // The attempt is counted before it is hashed: parallel guesses see each other at once.
   if (auto wait = throttle.begin_attempt(*username, address, std::chrono::steady_clock::now()); wait > 0) {
     Error e{ErrorCode::rate_limited, "too many failed logins; try again in " + std::to_string(wait) + " s", {}, wait};
@@ -102,6 +119,14 @@ asio::awaitable<Result<auth::User>> verify_credentials(RequestContext& ctx) {
     // Nothing was checked (pool full, store error): no failure to count.
     attempt.outcome = Outcome::not_checked;
     co_return tl::unexpected(verified.error());
+  }
+  if (shared) {
+    auto note = [shared_key, window, failed = !*verified, now = system_now()](store::Database& db) -> Status {
+      return failed ? auth::record_shared_login_failure(db, shared_key, window, now)
+                    : auth::clear_shared_login_failures(db, shared_key);
+    };
+    if (auto s = co_await app.store().write(std::move(note)); !s)
+      spdlog::warn(R"({{"event":"login_failure_not_shared","error":"{}"}})", std::string(to_string(s.error().code)));
   }
   if (!*verified) co_return fail(ErrorCode::unauthorized, "wrong username or password");
   attempt.outcome = Outcome::succeeded;
