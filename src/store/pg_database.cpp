@@ -81,6 +81,7 @@ class PgDatabase final : public Database {
   Status exec_script(std::string_view sql) override {
     ResultPtr result(PQexec(conn_, to_postgres(sql).c_str()));
     if (auto s = check(result.get(), "store"); !s) return s;
+    if (sql == "COMMIT") unique_retries_ = 0;
     return ok();
   }
   Status run(std::string_view sql, std::initializer_list<Arg> args) override {
@@ -140,6 +141,14 @@ class PgDatabase final : public Database {
     if (code == "40001" || code == "40P01") {
       ec = ErrorCode::unavailable;
       retryable_ = true;
+    }
+    // A unique key taken by a transaction that committed meanwhile (two replicas appending
+    // the same account's next ledger entry) comes back as a unique violation, not as a
+    // serialization failure: run again, it sees that row. A key that is simply taken fails
+    // the same way each time, so this is tried only kUniqueRetries times in a row.
+    if (code == "23505" && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
+      if (++unique_retries_ <= kUniqueRetries) retryable_ = true;
+      else unique_retries_ = 0;
     }
     if (code.substr(0, 2) == "08" || PQstatus(conn_) == CONNECTION_BAD) ec = ErrorCode::unavailable;
     std::string message = result ? PQresultErrorMessage(result) : PQerrorMessage(conn_);
@@ -219,8 +228,10 @@ class PgDatabase final : public Database {
 
   PGconn* conn_;
   std::unordered_map<std::string, Prepared> statements_;
+  static constexpr int kUniqueRetries = 3;
   std::int64_t changes_ = 0;
   bool retryable_ = false;
+  int unique_retries_ = 0;
 };
 
 bool is_postgres_url(std::string_view url) {

@@ -11,6 +11,11 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include "auth/accounts.h"
+#include "billing/ledger.h"
+#include "billing/meters.h"
+#include "billing/resource_meters.h"
+#include "core/time_format.h"
 #include "core/unique_temp_dir.h"
 #include "store/migrations.h"
 #include "store/store.h"
@@ -182,6 +187,56 @@ TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
   EXPECT_EQ((*n)->text(0), std::to_string(2 * kEach));
   // The race happened: some transactions ran more than once.
   EXPECT_GT(attempts.load(), 2 * kEach) << "no transaction was retried: the two replicas never raced";
+}
+
+// Two replicas settling the same open meters at the same moments (today each runs its own
+// settlement pass): every hour of every meter is charged once, the ledger chains unbroken.
+TEST(PostgresStoreTest, POSTGRES_TwoReplicasSettlingTheSameMetersChargeEachHourOnce) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  auto first = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(first) << first.error().detail;
+  auto second = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(second) << second.error().detail;
+  const SysTime t0 = from_unix_micros(1'800'000'000'000'000);
+  constexpr int kUsers = 20, kHours = 24;
+  auto seeded = (*first)->write_now([&](Database& db) -> Status {
+    for (int u = 0; u < kUsers; ++u) {
+      auto user = auth::create_user(db, "settle" + std::to_string(u), std::nullopt, "x", "user", t0);
+      if (!user) return fail(user.error());
+      if (auto a = billing::open_account(db, user->id, user->username, 1'000'000, t0); !a) return a;
+      for (int k = 0; k < 3; ++k)
+        if (auto m = billing::open_run(db, "i-" + std::to_string(u) + "-" + std::to_string(k), user->id, false, 198, t0); !m)
+          return m;
+    }
+    return ok();
+  });
+  ASSERT_TRUE(seeded) << seeded.error().detail;
+  std::atomic<int> failures{0};
+  auto settle = [&](Store& store) {
+    for (int h = 1; h <= kHours; ++h) {
+      auto pass = store.write_now([&](Database& db) { return billing::settle_open_meters(db, t0 + std::chrono::hours(h)); });
+      if (!pass && failures++ == 0) ADD_FAILURE() << "a pass failed: " << pass.error().detail;
+    }
+  };
+  std::thread a([&] { settle(**first); });
+  std::thread b([&] { settle(**second); });
+  a.join();
+  b.join();
+  EXPECT_EQ(failures, 0);
+  auto totals = (*first)->read_now([](Database& db) {
+    return db.one("SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM ledger_entries WHERE kind = 'charge'");
+  });
+  ASSERT_TRUE(totals && *totals);
+  EXPECT_EQ((*totals)->int64(1), -std::int64_t{kUsers} * 3 * 198 * kHours) << "every meter-hour charged exactly once";
+  // Each account's chain: seq 1, 2, 3, ... with balance_after the running sum.
+  auto broken = (*first)->read_now([](Database& db) {
+    return db.all(
+        "SELECT e.account_id FROM ledger_entries e WHERE e.seq > 1 AND NOT EXISTS (SELECT 1 FROM ledger_entries p "
+        "WHERE p.account_id = e.account_id AND p.seq = e.seq - 1 AND p.balance_after + e.amount = e.balance_after)");
+  });
+  ASSERT_TRUE(broken);
+  EXPECT_TRUE(broken->empty()) << broken->size() << " entries do not follow their predecessor";
 }
 
 TEST(PostgresStoreTest, POSTGRES_APasswordInTheUrlIsRefusedWithoutPrintingIt) {
