@@ -79,6 +79,7 @@ class PgDatabase final : public Database {
   ~PgDatabase() override { PQfinish(conn_); }
 
   Status exec_script(std::string_view sql) override {
+    reconnect_if_lost();
     ResultPtr result(PQexec(conn_, to_postgres(sql).c_str()));
     if (auto s = check(result.get(), "store"); !s) return s;
     if (sql == "COMMIT") unique_retries_ = 0;
@@ -166,7 +167,20 @@ class PgDatabase final : public Database {
   // a real DOUBLE PRECISION, so `CASE WHEN ... THEN ? ELSE ? END` added to a BIGINT column is
   // integer arithmetic (undeclared, PostgreSQL would take it for text); text and NULL stay
   // undeclared, typed by where they stand.
+  // A connection the server closed (a restart, a failover behind a proxy) is opened again
+  // before the next statement; a transaction that was open on it failed with it. Never
+  // re-run here: a COMMIT whose answer was lost may have committed.
+  void reconnect_if_lost() {
+    if (PQstatus(conn_) != CONNECTION_BAD) return;
+    PQreset(conn_);
+    statements_.clear();  // prepared statements died with the old session
+    if (PQstatus(conn_) == CONNECTION_OK) {
+      ResultPtr zone(PQexec(conn_, "SET TIME ZONE 'UTC'"));
+    }
+  }
+
   Result<const Prepared*> prepare(std::string_view sql, std::initializer_list<Arg> args) {
+    reconnect_if_lost();
     std::string key(sql);
     key += '\0';
     std::vector<Oid> types;

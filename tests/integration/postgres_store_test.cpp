@@ -239,6 +239,34 @@ TEST(PostgresStoreTest, POSTGRES_TwoReplicasSettlingTheSameMetersChargeEachHourO
   EXPECT_TRUE(broken->empty()) << broken->size() << " entries do not follow their predecessor";
 }
 
+// The server closes the store's connections (a restart, an operator's pg_terminate_backend):
+// the next statements open new ones; at most the transaction that was under way fails.
+TEST(PostgresStoreTest, POSTGRES_ConnectionsTheServerClosedAreOpenedAgain) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  auto s = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(s) << s.error().detail;
+  Store& store = **s;
+  ASSERT_TRUE(store.write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('x', '1')"); }));
+  auto admin = store::connect_postgres({testing::test_postgres()->url, testing::test_postgres()->password, "t"});
+  ASSERT_TRUE(admin);
+  auto killed = (*admin)->one("SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = ?", {pg.name()});
+  ASSERT_TRUE(killed && *killed) << (killed ? "" : killed.error().detail);
+  ASSERT_GE((*killed)->int64(0), 1);
+  int failed = 0;
+  bool written = false;
+  for (int attempt = 0; attempt < 3 && !written; ++attempt) {
+    auto w = store.write_now([](Database& db) { return db.run("UPDATE meta SET value = '2' WHERE key = 'x'"); });
+    if (w) written = true;
+    else ++failed;
+  }
+  EXPECT_TRUE(written);
+  EXPECT_LE(failed, 1) << "only the statement that met the closed connection fails";
+  auto value = store.read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'x'"); });
+  ASSERT_TRUE(value && *value) << (value ? "" : value.error().detail);
+  EXPECT_EQ((*value)->text(0), "2");
+}
+
 TEST(PostgresStoreTest, POSTGRES_APasswordInTheUrlIsRefusedWithoutPrintingIt) {
   GPUCLOUD_NEED_POSTGRES();
   testing::TestDaemon d({.config_toml = "[store]\nurl = \"postgresql://gpucloud:sekrit-pw@127.0.0.1:1/x\"\n"});
