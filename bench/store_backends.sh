@@ -86,7 +86,10 @@ request = function()
   end
   n = n + 1
   local name = string.format("k%d%d", math.random(1, 1000000000), n)
-  return wrk.format("POST", "/api/v1/tokens", {["Content-Type"] = "application/json"}, '{"name":"' .. name .. '"}')
+  local headers = {}  -- a table given to wrk.format replaces wrk.headers (Authorization)
+  for k, v in pairs(wrk.headers) do headers[k] = v end
+  headers["Content-Type"] = "application/json"
+  return wrk.format("POST", "/api/v1/tokens", headers, '{"name":"' .. name .. '"}')
 end
 response = function(status, headers, body)
   local id = body:match('"id":"([^"]+)"')
@@ -99,7 +102,7 @@ run() {
   local label=$1 what=$2 token=$3; shift 3
   local outs=() wrks=()
   for port in "$@"; do
-    local out="$WORK/wrk-$label-$port"
+    local out="$WORK/wrk-${label//[^a-z0-9]/_}-$port"
     if [[ $what == write ]]; then
       wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER}s" --latency -s "$WORK/write.lua" -H "Authorization: Bearer $token" \
         "http://127.0.0.1:$port" >"$out" 2>&1 &

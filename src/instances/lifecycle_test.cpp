@@ -259,6 +259,28 @@ class LifecycleTest : public ::testing::Test {
     }, asio::detached);
     ASSERT_TRUE(pump([&] { return done; }));
   }
+  // A weekly subscription on one RTX 4090, run, then stopped inside its paid term.
+  void run_and_stop_a_weekly_subscription(const std::string& id) {
+    config_.offers[0].price_per_gpu_week = 26600;
+    ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
+    policy::CreateInstanceRequest r;
+    r.name = "sub";
+    r.zone = "zone-a";
+    r.image = kBaseImageName;
+    r.gpu_model = "RTX 4090";
+    r.gpu_count = 1;
+    r.cpu = 8;
+    r.memory_gib = 32;
+    r.billing_mode = "weekly";
+    auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
+    ASSERT_TRUE(created) << created.error().detail;
+    service_->kick(id);
+    ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
+    act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
+    service_->kick(id);
+    ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  }
+
   void reconcile_once() {
     bool done = false;
     asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
@@ -671,25 +693,9 @@ TEST_F(LifecycleTest, AReplacedGpuKeepsTheInstanceFlaggedUntilItsNextStart) {
 // A subscription keeps its GPUs while stopped in its paid term, so a loss then is its
 // owner's too; its start gives up the lost GPU for a free one instead of starting on it.
 TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
-  config_.offers[0].price_per_gpu_week = 26600;
-  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
-  policy::CreateInstanceRequest r;
-  r.name = "sub";
-  r.zone = "zone-a";
-  r.image = kBaseImageName;
-  r.gpu_model = "RTX 4090";
-  r.gpu_count = 1;
-  r.cpu = 8;
-  r.memory_gib = 32;
-  r.billing_mode = "weekly";
   const std::string id = "i-sub";
-  auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
-  ASSERT_TRUE(created) << created.error().detail;
-  service_->kick(id);
-  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
-  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
-  service_->kick(id);
-  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  run_and_stop_a_weekly_subscription(id);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"}) << "kept in its paid term";
   register_node1(node1_with({gpu(1, "GPU-sim-1")}));
   auto lost = events_of_type("instance.gpu_lost");
@@ -705,25 +711,9 @@ TEST_F(LifecycleTest, ASubscriptionHoldingALostGpuStartsOnAnother) {
 // Reconcile frees reservations no live instance explains; a subscription stopped inside its
 // paid term explains its own (it keeps its GPUs), so a pass after the stop leaves them alone.
 TEST_F(LifecycleTest, AReconcileAfterASubscriptionsStopKeepsItsGpu) {
-  config_.offers[0].price_per_gpu_week = 26600;
-  ASSERT_TRUE(store_->write_now([&](store::Database& db) { return market::seed_prices(db, config_); }));
-  policy::CreateInstanceRequest r;
-  r.name = "sub";
-  r.zone = "zone-a";
-  r.image = kBaseImageName;
-  r.gpu_model = "RTX 4090";
-  r.gpu_count = 1;
-  r.cpu = 8;
-  r.memory_gib = 32;
-  r.billing_mode = "weekly";
   const std::string id = "i-kept";
-  auto created = store_->write_now([&](store::Database& db) { return policy::create_instance(db, config_, alice(), id, r, clock_->now()); });
-  ASSERT_TRUE(created) << created.error().detail;
-  service_->kick(id);
-  ASSERT_TRUE(pump([&] { return load(id).state == S::running && settled(id); }));
-  act([&](store::Database& db) { return stop_instance(db, alice(), id, clock_->now()); });
-  service_->kick(id);
-  ASSERT_TRUE(pump([&] { return load(id).state == S::stopped && settled(id); }));
+  run_and_stop_a_weekly_subscription(id);
+  if (HasFatalFailure()) return;
   reconcile_once();
   EXPECT_EQ(load(id).gpu_uuids, std::vector<std::string>{"GPU-sim-0"}) << "a reconcile pass freed a paid-for GPU";
 }

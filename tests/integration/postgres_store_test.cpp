@@ -19,6 +19,7 @@
 #include "core/unique_temp_dir.h"
 #include "store/migrations.h"
 #include "store/store.h"
+#include "support/billing_config.h"
 #include "support/capabilities.h"
 #include "support/postgres_test_db.h"
 #include "support/test_daemon.h"
@@ -413,39 +414,6 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_FailedLoginsThroughTwoGpucloudCountToget
   EXPECT_EQ(attempt(a, "password-123").status, 429);
 }
 
-// A small installation's config: one host with two simulated GPUs, a priced no-GPU size, a
-// weekly GPU subscription.
-std::string installation_config() {
-  const int base = testing::port_block();
-  return R"(
-[[zones]]
-name = "zone-a"
-[[hosts]]
-name = "node-1"
-zone = "zone-a"
-cpu = 4
-memory_gib = 16
-port_range = ")" + std::to_string(base) + "-" + std::to_string(base + 99) + R"("
-simulated_gpus = [ { model = "RTX 4090", memory_gib = 24, count = 2 } ]
-[[offers]]
-gpu_model = "RTX 4090"
-cpu_per_gpu = 1
-memory_gib_per_gpu = 1
-price_per_gpu_hour = 198
-price_per_gpu_week = 26600
-price_per_gpu_month = 99800
-[no_gpu_offer]
-cpu = 1
-memory_gib = 1
-price_per_hour = 3600
-[storage_prices]
-system_disk_free_gib = 30
-data_disk_per_gib_hour = 0.02
-[billing]
-signup_credit = 0
-)";
-}
-
 // What a user sees of their money and resources, to compare before and after the move.
 struct UserView {
   std::string account;  // settled_balance
@@ -488,7 +456,7 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_MigrateStoreMovesAYearOfAnInstallat
   testing::DaemonOptions o;
   // On SQLite, whatever GPUCLOUD_TEST_STORE says: that is what is moved.
   const std::string on_sqlite = "\n[store]\nurl = \"sqlite://DATA_DIR/gpucloud.db\"\n";
-  const std::string config = installation_config();
+  const std::string config = testing::billing_test_config(0);
   o.config_toml = config + on_sqlite;
   o.test_clock = true;
   o.signup_credit = 0;
