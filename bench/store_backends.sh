@@ -27,10 +27,9 @@ fi
 command -v wrk >/dev/null || { echo "store_backends: wrk is not installed"; exit 1; }
 WORK=$(mktemp -d /tmp/gpucloud-store-bench.XXXXXX)
 DB=store_bench_$$
-PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in $(cat "$WORK/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+  sleep 0.5
   PGPASSWORD=$(cat "${BENCH_PG_PASSWORD_FILE:-/dev/null}" 2>/dev/null) psql -q "$BENCH_PG_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
@@ -45,7 +44,7 @@ start() {
   printf '[server]\nlogin_failures_allowed = 1000\n%s\n[billing]\nsignup_credit = 100000\n' "$store" >"$WORK/$name/gpucloud.toml"
   GPUCLOUD_ADMIN_PASSWORD=admin-password-1 GPUCLOUD_AGENT_TRANSPORT=loopback-json "$BIN" --config "$WORK/$name/gpucloud.toml" \
     --listen 127.0.0.1:0 --data-dir "$WORK/$name/data" >"$WORK/$name/log" 2>&1 &
-  PIDS+=($!)
+  echo $! >>"$WORK/pids"  # start runs in $(...): its own shell, so the PID goes through a file
   for _ in $(seq 100); do
     port=$(sed -n 's/^gpucloudd listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$WORK/$name/log" | head -n1)
     [[ -n $port ]] && { echo "$port"; return; }

@@ -8,12 +8,14 @@
 # read it. Idempotent: a server we started that still answers is kept.
 #   GPUCLOUD_RUN_DIR   default /var/run/gpucloud
 #   GPUCLOUD_PG_DATA   default /var/lib/gpucloud/postgres-test
-#   GPUCLOUD_PG_PORT   default 55432
+#   GPUCLOUD_PG_PORT   default 15432: below the ephemeral range (32768-60999), so no client
+#                      connecting while the server is down can take the port by connecting to
+#                      itself (a loopback TCP self-connect), which then stops the next start
 set -eu
 
 RUN_DIR=${GPUCLOUD_RUN_DIR:-/var/run/gpucloud}
 DATA=${GPUCLOUD_PG_DATA:-/var/lib/gpucloud/postgres-test}
-PORT=${GPUCLOUD_PG_PORT:-55432}
+PORT=${GPUCLOUD_PG_PORT:-15432}
 PIDFILE=$RUN_DIR/postgres.pid
 ENVFILE=$RUN_DIR/postgres.env
 PASSFILE=$RUN_DIR/postgres.password
