@@ -172,7 +172,20 @@ async function main() {
     // The console's Jupyter tab embeds the Notebook through the proxy.
     await page.getByRole('tab', { name: 'Jupyter' }).click();
     const frame = page.frameLocator('iframe.jupyter-frame');
-    const showsList = () => frame.locator('#notebook_list, #tabs').first().waitFor({ timeout: 60000 }).then(() => true, () => false);
+    // A row of the file list is drawn by the Notebook's scripts (the list's box is in its HTML):
+    // waiting for one lets them all load before the tab is left, which removes the frame and
+    // cuts off a script still loading (seen once in CI as "Script error for custom/custom").
+    const showsList = () => frame.locator('#notebook_list .list_item').first().waitFor({ timeout: 60000 }).then(() => true, () => false);
+    // The Notebook's requests that failed or were refused, logged with any frame error.
+    const frameRequests = [];
+    const onFrameResponse = (res) => {
+      if (res.url().includes('/jupyter/') && res.status() >= 400) frameRequests.push(`${new URL(res.url()).pathname} → ${res.status()}`);
+    };
+    const onFrameFailed = (req) => {
+      if (req.url().includes('/jupyter/')) frameRequests.push(`${new URL(req.url()).pathname} failed: ${req.failure()?.errorText}`);
+    };
+    page.on('response', onFrameResponse);
+    page.on('requestfailed', onFrameFailed);
     const errorsBefore = failures.length;
     let listed = await showsList();
     if (!listed) {
@@ -194,6 +207,9 @@ async function main() {
     check(listed, 'the Jupyter tab shows the Notebook through the proxy');
     await shot(page, 'jupyter', 'en');
     await page.getByRole('tab', { name: 'Terminal' }).click();
+    page.off('response', onFrameResponse);
+    page.off('requestfailed', onFrameFailed);
+    if (frameRequests.length) log(`jupyter: the frame's requests that failed: ${frameRequests.join('; ')}`);
     const jp = await ctx1.newPage();
     await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
     let ok = await runJupyterCell(jp).catch((e) => (log('jupyter:', e.message), false));
