@@ -65,10 +65,20 @@ Status run_until_done(asio::io_context& io, asio::awaitable<Status> work, const 
   return *done;
 }
 
+void note_disks_unavailable(const Error& error) {
+  spdlog::warn(R"({{"event":"disks_unavailable","detail":{}}})",
+               boost::json::serialize(boost::json::value(boost::json::string(error.detail))));
+}
+
+void note_runtime_unavailable(const Error& error) {
+  spdlog::warn(R"({{"event":"runtime_unavailable","detail":{}}})",
+               boost::json::serialize(boost::json::value(boost::json::string(error.detail))));
+}
+
 }  // namespace
 
 Result<AgentStack> build_agent_stack(asio::io_context& io, const config::Config& config,
-                                     const std::string& installation_id) {
+                                     const std::string& installation_id, bool start) {
   AgentStack stack;
   stack.agent = std::make_unique<LocalAgent>(io.get_executor(), config);
   // GPU injection ([agent] gpu_injection): the driver's files are looked for once, before
@@ -92,18 +102,24 @@ Result<AgentStack> build_agent_stack(asio::io_context& io, const config::Config&
                                               std::move(disk_hosts));
   stack.disks->register_handlers(*stack.agent);
   stack.runtime->set_disk_runtime(stack.disks.get());
-  if (auto s = run_until_done(io, stack.disks->start(), "disk runtime start"); !s)
-    spdlog::warn(R"({{"event":"disks_unavailable","detail":{}}})",
-                 boost::json::serialize(boost::json::value(boost::json::string(s.error().detail))));
   InstanceRuntime* runtime_ptr = stack.runtime.get();
   stack.agent->set_terminal_opener([runtime_ptr](std::string instance_id, int rows, int cols) {
     return runtime_ptr->open_terminal(std::move(instance_id), rows, cols);
   });
+  if (!start) {
+    stack.runtime->hold_start();
+    return stack;
+  }
+  if (auto s = run_until_done(io, stack.disks->start(), "disk runtime start"); !s) note_disks_unavailable(s.error());
   // Re-attach before serving: load the agent's state, ensure the network, re-apply the
   // firewall. Without an engine the agent still serves (instances then fail with a reason).
-  if (auto s = run_until_done(io, stack.runtime->start(), "runtime start"); !s)
-    spdlog::warn(R"({{"event":"runtime_unavailable","detail":"{}"}})", s.error().detail);
+  if (auto s = run_until_done(io, stack.runtime->start(), "runtime start"); !s) note_runtime_unavailable(s.error());
   return stack;
+}
+
+asio::awaitable<void> start_agent_stack(AgentStack* stack) {
+  if (auto s = co_await stack->disks->start(); !s) note_disks_unavailable(s.error());
+  if (auto s = co_await stack->runtime->start(); !s) note_runtime_unavailable(s.error());
 }
 
 void report_runtime_changes(InstanceRuntime& runtime, LocalAgent& agent) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "agent/disk_runtime.h"
@@ -25,8 +26,12 @@ struct AgentStack {
 // cleaned, then the instance runtime's re-attach). An engine or disk that is not there is
 // logged, not fatal: instances then fail with a reason. `installation_id` names the
 // containers and networks (gpucloud-<id>-...).
+// `start` false (a standby replica, issue 27: the leader serves the in-process hosts and may
+// be using the same agent directory): nothing is started or cleaned until start_agent_stack.
 Result<AgentStack> build_agent_stack(boost::asio::io_context& io, const config::Config& config,
-                                     const std::string& installation_id);
+                                     const std::string& installation_id, bool start = true);
+// The deferred start, in the same order, on the loop (this replica became the leader).
+boost::asio::awaitable<void> start_agent_stack(AgentStack* stack);
 
 // From then on, containers that die or start behind the platform's back reach the agent's
 // change sink (call after the control plane set its sinks and registered).

@@ -133,6 +133,9 @@ awaitable<Result<CommandOutcome>> InstanceRuntime::dispatch(Command command) {
 
 awaitable<Status> InstanceRuntime::ensure_started() {
   if (started_) co_return ok();
+  // A standby replica's runtime (issue 27): the leader may be using the same agent directory.
+  if (start_held_)
+    co_return fail(ErrorCode::unavailable, "this control-plane replica stands by: the leader serves the in-process hosts");
   co_await start_lock_->lock();
   runtime_detail::Unlocker guard(*start_lock_);
   co_return co_await start_locked();
@@ -186,6 +189,7 @@ awaitable<Status> InstanceRuntime::start_locked() {
 }
 
 awaitable<Status> InstanceRuntime::start() {
+  start_held_ = false;
   co_return co_await net::co_spawn(strand_, start_on_strand(), use_awaitable);
 }
 

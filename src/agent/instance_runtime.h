@@ -172,6 +172,9 @@ class InstanceRuntime {
   // Touches no container. Commands arriving first load the state themselves (and every
   // ensure/remove re-applies the whole table anyway).
   boost::asio::awaitable<Status> start();
+  // A standby replica (issue 27): commands, samples and terminals fail "unavailable" instead of
+  // starting the runtime lazily, until start() (this replica leads).
+  void hold_start() { start_held_ = true; }
 
   // Where instances' data disks come from (must outlive this runtime; null: none).
   void set_disk_runtime(DiskRuntime* disks) { disks_ = disks; }
@@ -368,6 +371,7 @@ class InstanceRuntime {
   boost::asio::thread_pool state_thread_{1};
 
   bool started_ = false;
+  bool start_held_ = false;  // hold_start(): nothing starts it lazily until start()
   std::unique_ptr<AsyncLock> start_lock_;    // loading the state directory
   std::unique_ptr<AsyncLock> network_lock_;  // choosing and creating the network
   std::optional<NetworkRecord> network_;

@@ -16,6 +16,8 @@ namespace json = boost::json;
 
 namespace {
 std::int64_t now_micros() { return to_unix_micros(system_now()); }
+// A question journaled for another replica to ask is asked only this fresh (microseconds).
+constexpr std::int64_t kQueryRelayLimit = 60'000'000;
 
 // Questions, not changes: never journaled (an answer from a later link would describe a later
 // state), answered "unavailable" at once while the host's agent is away, and waited for a
@@ -53,22 +55,31 @@ asio::awaitable<Result<std::vector<agent::HostInventory>>> AgentHub::register_ho
   co_return hosts;
 }
 
+// The in-process hosts' reports count only while this replica serves them (the leader's do).
 void AgentHub::on_heartbeat(std::function<void(agent::Heartbeat)> sink) {
   heartbeat_sink_ = sink;
-  local_->on_heartbeat(std::move(sink));
+  local_->on_heartbeat([this, sink = std::move(sink)](agent::Heartbeat beat) {
+    if (serve_local_) sink(std::move(beat));
+  });
 }
 void AgentHub::on_samples(std::function<void(agent::SampleReport)> sink) {
   sample_sink_ = sink;
-  local_->on_samples(std::move(sink));
+  local_->on_samples([this, sink = std::move(sink)](agent::SampleReport report) {
+    if (serve_local_) sink(std::move(report));
+  });
 }
 void AgentHub::on_changes(std::function<void(agent::ChangeReport)> sink) {
   change_sink_ = sink;
-  local_->on_changes(std::move(sink));
+  local_->on_changes([this, sink = std::move(sink)](agent::ChangeReport report) {
+    if (serve_local_) sink(std::move(report));
+  });
 }
 
 asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> AgentHub::open_terminal(std::string host_name,
                                                                                        std::string instance_id,
                                                                                        int rows, int cols) {
+  if (local_hosts_.contains(host_name) && !serve_local_)
+    co_return fail(ErrorCode::unavailable, "host " + host_name + " is served by the leader replica: open the terminal there");
   if (local_hosts_.contains(host_name))
     co_return co_await local_->open_terminal(std::move(host_name), std::move(instance_id), rows, cols);
   auto link = links_.find(host_name);
@@ -142,7 +153,12 @@ void AgentHub::end_terminals(const AgentConnection* link, const std::string& why
 }
 
 asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute(agent::Command command) {
-  if (local_hosts_.contains(command.host_name)) co_return co_await local_->execute(std::move(command));
+  const bool in_process = local_hosts_.contains(command.host_name);
+  if (in_process && serve_local_) co_return co_await local_->execute(std::move(command));
+  // Another replica serves it: the leader runs in-process hosts, a link's holder sends.
+  if (options_.relay && (in_process || !links_.contains(command.host_name)))
+    co_return co_await execute_relayed(std::move(command));
+  if (in_process) co_return fail(ErrorCode::unavailable, "host " + command.host_name + " is served by the leader");
   const std::string host = command.host_name, id = command.id;
   const bool query = is_query(command.kind);
   if (query && !links_.contains(host))
@@ -166,6 +182,7 @@ asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute(agent::Command 
   if (auto link = links_.find(host); link != links_.end()) {
     sent_on = link->second;
     link->second->send(envelope("command", agent::to_json(command)));
+    if (!query) sent_on_link_[host].insert(id);
   }
   const auto started = std::chrono::steady_clock::now();
   auto disconnected_since = links_.contains(host) ? std::optional<std::chrono::steady_clock::time_point>()
@@ -236,7 +253,7 @@ asio::awaitable<Status> AgentHub::hello(std::string host, std::shared_ptr<AgentC
   // Commands that were journaled while it was away (or whose outcome was lost): again, in order.
   // Named: g++ 12 destroys a lambda temporary inside a co_await expression too early.
   auto pending_work = [host, key = options_.journal_key](store::Database& db) {
-    return pending_commands(db, key, host);
+    return pending_commands(db, key, host, now_micros() - kQueryRelayLimit);
   };
   auto pending = co_await store_.read(std::move(pending_work));
   if (!*live) co_return ok();
@@ -249,6 +266,7 @@ asio::awaitable<Status> AgentHub::hello(std::string host, std::shared_ptr<AgentC
       connection->send(envelope("command", agent::to_json(command)));
       sent.insert(command.id);
     }
+    sent_on_link_[host] = sent;
     // A caller may wait on a command whose journal row an earlier run of the control plane
     // completed (the same id issued again after a restart): its row is not pending, but the
     // caller needs the outcome, which the agent answers again for a repeated id.
@@ -315,8 +333,13 @@ void AgentHub::deliver_outcome(const std::string& host, agent::CommandOutcome ou
         // Only a command journaled for this host and still pending completes: an outcome for
         // another host's command, or a repeat, changes nothing.
         // Named: g++ 12 destroys a lambda temporary inside a co_await expression too early.
-        auto completed_work = [host, outcome](store::Database& db) {
-          return complete_command(db, host, outcome, now_micros());
+        auto completed_work = [host, outcome, relay = self->options_.relay,
+                               key = self->options_.journal_key](store::Database& db) -> Result<bool> {
+          auto done = complete_command(db, host, outcome, now_micros());
+          if (!done || !*done || !relay) return done;
+          // The caller may wait on another replica: it reads the whole outcome from here.
+          if (auto s = record_command_result(db, key, outcome); !s) return fail(s.error());
+          return done;
         };
         auto completed = co_await self->store_.write(std::move(completed_work));
         if (!*live) co_return;
@@ -390,6 +413,140 @@ void AgentHub::closed(const std::string& host, const AgentConnection* connection
   links_.erase(link);
   spdlog::info(R"({{"event":"agent_disconnected","host":"{}"}})", host);
   if (link_sink_) link_sink_(host, false);
+}
+
+// ---- replicas (issue 27) ---------------------------------------------------------------------
+
+asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute_relayed(agent::Command command) {
+  const std::string host = command.host_name, id = command.id;
+  const bool query = is_query(command.kind);
+  const bool in_process = local_hosts_.contains(host);
+  // Whether some replica holds the host's link (its row says so since the agent's hello).
+  bool reachable = in_process;
+  if (!in_process) {
+    auto connected_work = [host](store::Database& db) -> Result<bool> {
+      auto row = db.one("SELECT connected_at FROM hosts WHERE name = ?", {host});
+      if (!row) return fail(row.error());
+      return *row && !(*row)->is_null(0);
+    };
+    auto connected = co_await store_.read(std::move(connected_work));
+    reachable = connected && *connected;
+    if (query && !reachable) co_return fail(ErrorCode::unavailable, "host " + host + "'s agent is not connected");
+  }
+  auto journaled_work = [command, key = options_.journal_key](store::Database& db) {
+    return journal_command(db, key, command, now_micros());
+  };
+  auto journaled = co_await store_.write(std::move(journaled_work));
+  if (!journaled) co_return fail(journaled.error());
+  auto waiter = std::make_shared<Waiter>(loop_, command);
+  auto previous = waiters_.find(id);
+  std::shared_ptr<Waiter> earlier = previous != waiters_.end() ? previous->second : nullptr;
+  waiters_[id] = waiter;
+  const auto limit = !reachable ? options_.disconnected_wait
+                     : query    ? std::min<std::chrono::milliseconds>(options_.connected_wait, std::chrono::minutes(1))
+                                : options_.connected_wait;
+  const auto started = std::chrono::steady_clock::now();
+  const std::shared_ptr<bool> live = alive_;
+  while (!waiter->outcome) {
+    auto result_work = [id, key = options_.journal_key](store::Database& db) { return command_result(db, key, id); };
+    auto recorded = co_await store_.read(std::move(result_work));
+    if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
+    if (recorded && *recorded) {
+      waiter->outcome = std::move(**recorded);
+      break;
+    }
+    if (stopping_ || std::chrono::steady_clock::now() - started >= limit) break;
+    // Woken by the outcome's NOTIFY, else every second to look in the journal.
+    waiter->wake.expires_after(std::chrono::seconds(1));
+    boost::system::error_code ec;
+    co_await waiter->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
+  }
+  if (waiter->outcome && earlier && !earlier->outcome) {
+    earlier->outcome = waiter->outcome;
+    earlier->wake.cancel();
+  }
+  if (auto it = waiters_.find(id); it != waiters_.end() && it->second == waiter) {
+    if (earlier && !earlier->outcome) it->second = earlier;
+    else waiters_.erase(it);
+  }
+  if (waiter->outcome) co_return *waiter->outcome;
+  co_return fail(ErrorCode::unavailable, "host " + host + (in_process ? " (in-process, served by the leader)" : "'s agent") +
+                                             " did not answer through another replica" +
+                                             (query ? "" : "; the command stays queued and runs when it answers"));
+}
+
+void AgentHub::serve_in_process(bool serve) {
+  serve_local_ = serve;
+  if (serve)
+    for (const auto& host : local_hosts_) commands_queued(host);
+}
+
+void AgentHub::commands_queued(const std::string& host) {
+  if (stopping_ || !options_.relay) return;
+  if (links_.contains(host)) asio::co_spawn(loop_, send_pending(host), asio::detached);
+  else if (local_hosts_.contains(host) && serve_local_) asio::co_spawn(loop_, run_pending_local(host), asio::detached);
+}
+
+void AgentHub::outcome_recorded(const std::string& command_id) {
+  if (auto it = waiters_.find(command_id); it != waiters_.end()) it->second->wake.cancel();  // it reads the journal
+}
+
+void AgentHub::catch_up() {
+  if (!options_.relay) return;
+  for (const auto& [host, link] : links_) commands_queued(host);
+  if (serve_local_)
+    for (const auto& host : local_hosts_) commands_queued(host);
+  for (const auto& [id, waiter] : waiters_) waiter->wake.cancel();
+}
+
+asio::awaitable<void> AgentHub::send_pending(std::string host) {
+  auto pending_work = [host, key = options_.journal_key](store::Database& db) {
+    return pending_commands(db, key, host, now_micros() - kQueryRelayLimit);
+  };
+  const std::shared_ptr<bool> live = alive_;
+  auto pending = co_await store_.read(std::move(pending_work));
+  if (!*live || !pending) co_return;
+  auto link = links_.find(host);
+  if (link == links_.end()) co_return;
+  // What is no longer pending leaves the set; what is pending and new goes out now.
+  std::set<std::string> still;
+  auto& sent = sent_on_link_[host];
+  for (const auto& command : *pending) {
+    still.insert(command.id);
+    if (!sent.contains(command.id)) link->second->send(envelope("command", agent::to_json(command)));
+  }
+  sent = std::move(still);
+}
+
+asio::awaitable<void> AgentHub::run_pending_local(std::string host) {
+  auto pending_work = [host, key = options_.journal_key](store::Database& db) {
+    return pending_commands(db, key, host, now_micros() - kQueryRelayLimit);
+  };
+  const std::shared_ptr<bool> live = alive_;
+  auto pending = co_await store_.read(std::move(pending_work));
+  if (!*live || !pending || !serve_local_) co_return;
+  for (auto& command : *pending)
+    if (running_local_.insert(command.id).second) asio::co_spawn(loop_, run_local(std::move(command)), asio::detached);
+}
+
+asio::awaitable<void> AgentHub::run_local(agent::Command command) {
+  const std::shared_ptr<bool> live = alive_;
+  const std::string id = command.id, host = command.host_name;
+  auto ran = co_await local_->execute(command);
+  if (!*live) co_return;
+  agent::CommandOutcome outcome = ran ? std::move(*ran) : agent::failed_outcome(id, ran.error());
+  outcome.command_id = id;
+  auto record_work = [host, outcome, key = options_.journal_key](store::Database& db) -> Status {
+    auto done = complete_command(db, host, outcome, now_micros());
+    if (!done) return fail(done.error());
+    return record_command_result(db, key, outcome);
+  };
+  auto recorded = co_await store_.write(std::move(record_work));
+  if (!*live) co_return;
+  running_local_.erase(id);
+  if (!recorded)
+    spdlog::warn(R"({{"event":"agent_outcome_unrecorded","host":"{}","command":"{}"}})", host, id);
 }
 
 }  // namespace gpucloud::agentlink

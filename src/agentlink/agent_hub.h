@@ -46,6 +46,11 @@ class AgentHub : public agent::HostAgent {
     std::chrono::milliseconds terminal_open_wait = std::chrono::seconds(15);
     // What the welcome tells agents to beat at ([agents] heartbeat_interval); 0: their default.
     std::chrono::milliseconds heartbeat_interval{0};
+    // Replicas on one PostgreSQL store (issue 27): a command for a host this replica does not
+    // serve (a remote host whose link another replica holds; an in-process host while this
+    // replica stands by) is journaled, delivered by the replica that serves it (woken by
+    // NOTIFY), and its outcome read back from the journal.
+    bool relay = false;
   };
   AgentHub(boost::asio::any_io_executor loop, store::Store& store, std::unique_ptr<agent::HostAgent> local, Options options);
   ~AgentHub() override;
@@ -79,6 +84,18 @@ class AgentHub : public agent::HostAgent {
   // commands stay journaled for the next start) so the daemon's shutdown does not wait on them.
   void stop();
 
+  // Replicas (issue 27). Whether this replica runs the in-process hosts' commands, heartbeats,
+  // samples and change reports (the leader does; a standby relays its commands to it). Turned
+  // on, it runs what was journaled for them meanwhile.
+  void serve_in_process(bool serve);
+  // Another replica journaled a command for `host` (NOTIFY): sent on its link when this
+  // replica holds it, run when `host` is in-process and served here.
+  void commands_queued(const std::string& host);
+  // Another replica recorded the outcome of `command_id` (NOTIFY): a caller waiting here reads it.
+  void outcome_recorded(const std::string& command_id);
+  // After notifications may have been missed (the LISTEN connection was down): all of the above.
+  void catch_up();
+
   bool connected(const std::string& host) const { return links_.contains(host); }
   bool serves_in_process(const std::string& host) const { return local_hosts_.contains(host); }
   const std::set<std::string>& in_process_hosts() const { return local_hosts_; }
@@ -100,6 +117,13 @@ class AgentHub : public agent::HostAgent {
   boost::asio::awaitable<std::vector<std::string>> own_instances(std::string host, std::vector<std::string> ids);
   boost::asio::awaitable<void> forward_samples(std::string host, agent::SampleReport report);
   boost::asio::awaitable<void> forward_changes(std::string host, agent::ChangeReport report);
+  // A command for a host another replica serves: journaled, then its outcome read back.
+  boost::asio::awaitable<Result<agent::CommandOutcome>> execute_relayed(agent::Command command);
+  // The host's journaled commands not yet sent on its current link.
+  boost::asio::awaitable<void> send_pending(std::string host);
+  // An in-process host's journaled commands, run here (this replica leads).
+  boost::asio::awaitable<void> run_pending_local(std::string host);
+  boost::asio::awaitable<void> run_local(agent::Command command);
 
   boost::asio::any_io_executor loop_;
   store::Store& store_;
@@ -117,6 +141,9 @@ class AgentHub : public agent::HostAgent {
   std::function<void(const std::string&, bool)> link_sink_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool stopping_ = false;
+  bool serve_local_ = true;
+  std::map<std::string, std::set<std::string>> sent_on_link_;  // per host: pending ids its link has
+  std::set<std::string> running_local_;  // journaled in-process commands running here
 };
 
 }  // namespace gpucloud::agentlink

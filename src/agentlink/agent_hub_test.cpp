@@ -134,13 +134,15 @@ class AgentHubTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  void make_hub(std::chrono::milliseconds disconnected_wait = 30s, std::chrono::milliseconds connected_wait = 30s) {
+  void make_hub(std::chrono::milliseconds disconnected_wait = 30s, std::chrono::milliseconds connected_wait = 30s,
+                bool relay = false) {
     auto local = std::make_unique<HubTestLocalAgent>();
     local_ = local.get();
     AgentHub::Options options;
     options.journal_key = std::string(32, 'k');
     options.connected_wait = connected_wait;
     options.disconnected_wait = disconnected_wait;
+    options.relay = relay;
     hub_ = std::make_unique<AgentHub>(io_.get_executor(), *store_, std::move(local), options);
     hub_->on_registration([this](agent::LateRegistration r) -> asio::awaitable<Status> {
       registered_.push_back(r.inventory.name);
@@ -655,6 +657,77 @@ TEST(LinkMessagesTest, AHelloWithoutAnInventoryIsRejected) {
   auto good = hello_from_json(
       json::object{{"link_version", 1}, {"agent_version", "1"}, {"inventory", agent::to_json(hub_test_inventory("r1"))}});
   ASSERT_TRUE(good) << good.error().detail;
+}
+
+// Replicas on one store (issue 27): hub_ leads (it runs the in-process host local-1 and holds
+// remote host r1's link); `standby` is another replica's hub. The standby's commands for
+// local-1 and r1 are journaled, run or sent by the leader when it hears of them (the NOTIFY,
+// called here by hand), and their whole outcomes reach the standby's callers from the journal.
+TEST_F(AgentHubTest, ACommandThroughAStandbyRunsWhereItsHostIsServedAndItsOutcomeComesBack) {
+  make_hub(30s, 30s, /*relay=*/true);
+  auto standby_local = std::make_unique<HubTestLocalAgent>();
+  HubTestLocalAgent* standby_agent = standby_local.get();
+  AgentHub::Options options;
+  options.journal_key = std::string(32, 'k');
+  options.relay = true;
+  auto standby = std::make_unique<AgentHub>(io_.get_executor(), *store_, std::move(standby_local), options);
+  bool registered = false;
+  asio::co_spawn(io_, standby->register_hosts(), [&](std::exception_ptr, Result<std::vector<agent::HostInventory>>) {
+    registered = true;
+  });
+  ASSERT_TRUE(pump([&] { return registered; }, 5s));
+  standby->serve_in_process(false);
+  auto link = connect("r1");
+  auto relayed = [&](agent::Command c) {
+    auto call = std::make_shared<HubTestCall>();
+    calls_.push_back(call);
+    asio::co_spawn(io_, standby->execute(std::move(c)), [call](std::exception_ptr e, Result<agent::CommandOutcome> r) {
+      call->done = true;
+      if (e) call->result = Result<agent::CommandOutcome>(fail(ErrorCode::internal, "execute threw"));
+      else call->result = std::move(r);
+    });
+    return call;
+  };
+  auto journaled = [&](const std::string& id) {
+    for (const auto& row : journal())
+      if (row.id == id) return true;
+    return false;
+  };
+
+  // An in-process host's command: run by the leader's agent, never the standby's.
+  auto local_call = relayed(command("c-local", "local-1"));
+  ASSERT_TRUE(pump([&] { return journaled("c-local"); }, 5s));
+  hub_->commands_queued("local-1");
+  ASSERT_TRUE(pump([&] { return local_call->done; }, 5s)) << "the standby reads the outcome from the journal";
+  ASSERT_TRUE(local_call->result && *local_call->result) << local_call->result->error().detail;
+  EXPECT_TRUE((*local_call->result)->ok);
+  EXPECT_EQ(local_->executed, std::vector<std::string>{"c-local"});
+  EXPECT_TRUE(standby_agent->executed.empty());
+  hub_->commands_queued("local-1");  // heard again: done, not run again
+  pump([] { return false; }, 50ms);
+  EXPECT_EQ(local_->executed.size(), 1u);
+
+  // A remote host's command: sent on the link the leader holds; the agent's whole outcome
+  // (observed included) comes back to the standby's caller.
+  auto remote_call = relayed(command("c-remote", "r1"));
+  ASSERT_TRUE(pump([&] { return journaled("c-remote"); }, 5s));
+  hub_->commands_queued("r1");
+  ASSERT_TRUE(pump([&] { return link->command_ids() == std::vector<std::string>{"c-remote"}; }, 5s));
+  hub_->commands_queued("r1");  // heard twice: sent once
+  pump([] { return false; }, 50ms);
+  EXPECT_EQ(link->command_ids().size(), 1u);
+  hub_->receive("r1", link.get(), outcome_message("c-remote"));
+  ASSERT_TRUE(pump([&] { return journal().back().completed; }, 5s));
+  standby->outcome_recorded("c-remote");
+  ASSERT_TRUE(pump([&] { return remote_call->done; }, 5s));
+  ASSERT_TRUE(remote_call->result && *remote_call->result) << remote_call->result->error().detail;
+  EXPECT_EQ((*remote_call->result)->observed.at("state").as_string(), "running");
+
+  // The sealed outcome holds what the agent said, not in clear.
+  auto results = store_->read_now([](store::Database& db) { return db.all("SELECT result FROM agent_commands"); });
+  ASSERT_TRUE(results);
+  for (const auto& r : *results) EXPECT_EQ(r.text(0).find("running"), std::string::npos);
+  standby.reset();
 }
 
 }  // namespace

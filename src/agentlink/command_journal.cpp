@@ -8,6 +8,8 @@
 
 #include <boost/json.hpp>
 
+#include "store/pg_listener.h"
+
 namespace gpucloud::agentlink {
 namespace json = boost::json;
 
@@ -70,10 +72,36 @@ Result<std::string> load_or_create_journal_key(const std::string& path) {
 }
 
 Status journal_command(store::Database& db, const std::string& key, const agent::Command& command, std::int64_t now) {
-  return db.run(
-      "INSERT INTO agent_commands (id, host_name, kind, body, created_at) VALUES (?, ?, ?, ?, ?) "
-      "ON CONFLICT (id) DO NOTHING",
-      {command.id, command.host_name, command.kind, seal(key, json::serialize(agent::to_json(command))), now});
+  if (auto s = db.run("INSERT INTO agent_commands (id, host_name, kind, body, created_at) VALUES (?, ?, ?, ?, ?) "
+                      "ON CONFLICT (id) DO NOTHING",
+                      {command.id, command.host_name, command.kind,
+                       seal(key, json::serialize(agent::to_json(command))), now});
+      !s)
+    return s;
+  // The replica holding the host's link (or the leader, for an in-process host) sends it.
+  return store::notify_replicas(db, store::kAgentCommandsChannel, command.host_name);
+}
+
+Status record_command_result(store::Database& db, const std::string& key, const agent::CommandOutcome& outcome) {
+  if (auto s = db.run("UPDATE agent_commands SET result = ? WHERE id = ? AND result IS NULL",
+                      {seal(key, json::serialize(agent::to_json(outcome))), outcome.command_id});
+      !s)
+    return s;
+  return store::notify_replicas(db, store::kAgentOutcomesChannel, outcome.command_id);
+}
+
+Result<std::optional<agent::CommandOutcome>> command_result(store::Database& db, const std::string& key,
+                                                            const std::string& command_id) {
+  auto row = db.one("SELECT result FROM agent_commands WHERE id = ? AND result IS NOT NULL", {command_id});
+  if (!row) return fail(row.error());
+  if (!*row) return std::optional<agent::CommandOutcome>();
+  auto plain = unseal(key, (*row)->text(0));
+  if (!plain) return fail(plain.error());
+  auto parsed = agent::parse_message(*plain);
+  if (!parsed) return fail(parsed.error());
+  auto outcome = agent::command_outcome_from_json(*parsed);
+  if (!outcome) return fail(outcome.error());
+  return std::optional<agent::CommandOutcome>(std::move(*outcome));
 }
 
 Result<bool> complete_command(store::Database& db, const std::string& host_name, const agent::CommandOutcome& outcome,
@@ -90,10 +118,11 @@ Result<bool> complete_command(store::Database& db, const std::string& host_name,
 }
 
 Result<std::vector<agent::Command>> pending_commands(store::Database& db, const std::string& key,
-                                                     const std::string& host_name) {
-  auto rows = db.all("SELECT body FROM agent_commands WHERE host_name = ? AND completed_at IS NULL "
+                                                     const std::string& host_name, std::int64_t queries_since) {
+  auto rows = db.all("SELECT body FROM agent_commands WHERE host_name = ? AND completed_at IS NULL AND "
+                     "(kind NOT IN ('instance.status', 'disk.status', 'image.inspect', 'instance.exec') OR created_at >= ?) "
                      "ORDER BY created_at, id",
-                     {host_name});
+                     {host_name, queries_since});
   if (!rows) return fail(rows.error());
   std::vector<agent::Command> out;
   for (const auto& row : *rows) {

@@ -24,9 +24,16 @@ Status journal_command(store::Database& db, const std::string& key, const agent:
 // False: no such pending command for this host (a forged or stale outcome).
 Result<bool> complete_command(store::Database& db, const std::string& host_name, const agent::CommandOutcome& outcome,
                               std::int64_t now);
-// The host's commands without an outcome, oldest first.
+// The host's commands without an outcome, oldest first; queries (instance.status and the
+// like) only when journaled at or after `queries_since` (a stale question is not asked).
 Result<std::vector<agent::Command>> pending_commands(store::Database& db, const std::string& key,
-                                                     const std::string& host_name);
+                                                     const std::string& host_name, std::int64_t queries_since = 0);
+// Replicas (issue 27): the whole outcome, sealed, kept beside the completed row for the
+// replica whose caller waits for it (it may not hold the link), and that replica told.
+Status record_command_result(store::Database& db, const std::string& key, const agent::CommandOutcome& outcome);
+// The outcome recorded for a command by whichever replica ran it; none while pending.
+Result<std::optional<agent::CommandOutcome>> command_result(store::Database& db, const std::string& key,
+                                                            const std::string& command_id);
 // Done commands older than `before` go; pending ones older than `abandon_before` go too
 // (nobody waits for them any more: the control plane sent newer ones since).
 Result<std::int64_t> purge_commands(store::Database& db, std::int64_t before, std::int64_t abandon_before);

@@ -40,6 +40,7 @@ void BillingService::stop() {
 
 asio::awaitable<void> BillingService::start() {
   stopped_ = false;
+  background_ = true;
   // Every live resource has its meter (a store from before billing, a missed hook).
   auto reconcile = [now = clock_.now()](store::Database& db) { return reconcile_meters(db, now); };
   if (auto fixed = co_await store_.write(std::move(reconcile)); !fixed)
@@ -75,7 +76,7 @@ void BillingService::accounts_changed(std::vector<std::string> ids) {
   // Writer thread → loop. The token guards against a service destroyed meanwhile.
   asio::post(loop_, [this, alive = std::weak_ptr<bool>(alive_), ids = std::move(ids)]() mutable {
     auto live = alive.lock();
-    if (!live || !*live || stopped_) return;
+    if (!live || !*live || stopped_ || !background_) return;  // a standby replica: the leader plans
     for (auto& id : ids) to_plan_.insert(std::move(id));
     asio::co_spawn(loop_, plan_pending(), asio::detached);
   });

@@ -42,6 +42,9 @@ class BillingService {
   // Arms the settlement timer and plans every account with open meters or in arrears.
   boost::asio::awaitable<void> start();
   void stop();
+  // A standby replica (issue 27): commits' hooks plan nothing here until start() (the
+  // leader's background work) runs.
+  void defer_background() { background_ = false; }
   // From the store's writer thread: re-plan these accounts on the loop.
   void accounts_changed(std::vector<std::string> account_ids);
   // Re-plans one account now (awaited by handlers so a test clock advanced right after sees it).
@@ -69,6 +72,7 @@ class BillingService {
   PlatformClock& clock_;
   Hooks hooks_;
   bool stopped_ = false;
+  bool background_ = true;
   std::optional<PlatformClock::TimerId> settlement_timer_;
   std::map<std::string, std::pair<PlatformClock::TimerId, SysTime>> account_timers_;
   std::set<std::string> to_plan_;

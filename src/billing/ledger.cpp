@@ -1,5 +1,6 @@
 #include "billing/ledger.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <boost/json/array.hpp>
@@ -289,6 +290,91 @@ Status apply_inserted_entries(store::Database& db, const Account& before, std::i
   if (db.changes() != 1) return fail(ErrorCode::conflict, "billing account " + before.id + " changed; try again");
   db.note_billing_change(before.id);
   return follow_balance(db, before, before.balance + total, total, user_id, now);
+}
+
+Result<std::map<std::string, Account>> load_accounts(store::Database& db,
+                                                     const std::optional<std::pair<std::string, std::string>>& range) {
+  auto rows = range ? db.all(std::string(kAccountColumns) + "WHERE id >= ? AND id <= ?", {range->first, range->second})
+                    : db.all(std::string(kAccountColumns));
+  if (!rows) return fail(rows.error());
+  std::map<std::string, Account> out;
+  for (const auto& r : *rows) {
+    Account a = account_from(r);
+    out.emplace(a.id, std::move(a));
+  }
+  return out;
+}
+
+namespace {
+// Rows per multi-row statement: 200 ledger rows are 2,600 parameters, far inside SQLite's
+// (32,766) and PostgreSQL's (65,535) limits.
+constexpr std::size_t kRowsPerStatement = 200;
+
+std::string values_list(std::size_t rows, std::size_t columns) {
+  std::string row = "(";
+  for (std::size_t c = 0; c < columns; ++c) row += c ? ", ?" : "?";
+  row += ")";
+  std::string out;
+  out.reserve(rows * (row.size() + 2));
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (r) out += ", ";
+    out += row;
+  }
+  return out;
+}
+}  // namespace
+
+Status insert_chained_entries(store::Database& db, const std::vector<ChainedEntry>& entries, SysTime now) {
+  const std::int64_t at = to_unix_micros(now);
+  std::vector<store::Arg> args;
+  for (std::size_t start = 0; start < entries.size(); start += kRowsPerStatement) {
+    const std::size_t n = std::min(kRowsPerStatement, entries.size() - start);
+    args.clear();
+    args.reserve(n * 13);
+    for (std::size_t i = start; i < start + n; ++i) {
+      const ChainedEntry& e = entries[i];
+      for (store::Arg a : {store::Arg(e.id), store::Arg(e.account_id), store::Arg(e.seq), store::Arg(e.user_id),
+                           store::Arg(at), store::Arg(e.amount), store::Arg(e.balance_after),
+                           store::Arg(std::string(to_string(e.kind))), store::Arg(e.resource), store::Arg(e.resource_kind),
+                           store::Arg(e.quantity), store::Arg(e.description), store::Arg(e.lines)})
+        args.push_back(std::move(a));
+    }
+    if (auto s = db.run_args("INSERT INTO ledger_entries (id, account_id, seq, user_id, time, amount, balance_after, kind, "
+                             "resource, resource_kind, quantity, description, lines) VALUES " + values_list(n, 13),
+                             args);
+        !s)
+      return s;
+  }
+  return ok();
+}
+
+Status apply_appends(store::Database& db, const std::vector<AccountAppend>& appends, SysTime now) {
+  std::vector<store::Arg> args;
+  for (std::size_t start = 0; start < appends.size(); start += kRowsPerStatement) {
+    const std::size_t n = std::min(kRowsPerStatement, appends.size() - start);
+    args.clear();
+    args.reserve(n * 4);
+    for (std::size_t i = start; i < start + n; ++i) {
+      const AccountAppend& a = appends[i];
+      for (store::Arg arg : {store::Arg(a.before.id), store::Arg(a.total), store::Arg(a.count), store::Arg(a.before.entries)})
+        args.push_back(std::move(arg));
+    }
+    // The compare-and-set on `entries`, as post_entries: an account another writer appended to
+    // since it was read is not matched, and the whole pass is tried again.
+    if (auto s = db.run_args("UPDATE billing_accounts SET balance = balance + v.column2, entries = entries + v.column3 "
+                             "FROM (VALUES " + values_list(n, 4) + ") AS v "
+                             "WHERE billing_accounts.id = v.column1 AND billing_accounts.entries = v.column4",
+                             args);
+        !s)
+      return s;
+    if (static_cast<std::size_t>(db.changes()) != n)
+      return fail(ErrorCode::conflict, "billing accounts changed during their settlement; try again");
+  }
+  for (const AccountAppend& a : appends) {
+    db.note_billing_change(a.before.id);
+    if (auto s = follow_balance(db, a.before, a.before.balance + a.total, a.total, a.user_id, now); !s) return s;
+  }
+  return ok();
 }
 
 Result<std::vector<Entry>> list_entries(store::Database& db, const std::string& account_id, const LedgerQuery& q) {

@@ -6,6 +6,7 @@
 // balance. One account per user today; `kind = group` keeps the model open to a lab's shared
 // budget that several users draw on.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,6 +95,30 @@ Result<std::vector<Entry>> post_entries(store::Database& db, const std::string& 
 // then the arrears mark and the alert as post_entries does.
 Status apply_inserted_entries(store::Database& db, const Account& before, std::int64_t total, std::int64_t count,
                               const std::optional<std::string>& user_id, SysTime now);
+
+// A settlement pass's side of the ledger, many accounts per statement (issue 27: on
+// PostgreSQL each statement is a round trip; a pass over 10,000 accounts is a few dozen).
+// The accounts with ids in [first, last] (every account when none), by id.
+Result<std::map<std::string, Account>> load_accounts(store::Database& db,
+                                                     const std::optional<std::pair<std::string, std::string>>& range);
+// A ledger row whose place in its account's chain (seq, balance after) is known already.
+struct ChainedEntry {
+  std::string id, account_id;
+  std::int64_t seq = 0, amount = 0, balance_after = 0;
+  EntryKind kind = EntryKind::charge;
+  std::optional<std::string> user_id, resource, resource_kind;
+  std::int64_t quantity = 0;
+  std::string description, lines;
+};
+Status insert_chained_entries(store::Database& db, const std::vector<ChainedEntry>& entries, SysTime now);
+// The accounts' side of entries inserted that way: apply_inserted_entries for each, the
+// compare-and-set on every account's entry count made by one UPDATE per chunk of accounts.
+struct AccountAppend {
+  Account before;
+  std::int64_t total = 0, count = 0;
+  std::optional<std::string> user_id;
+};
+Status apply_appends(store::Database& db, const std::vector<AccountAppend>& appends, SysTime now);
 
 struct LedgerQuery {
   std::optional<SysTime> since, until;

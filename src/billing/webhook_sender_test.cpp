@@ -663,9 +663,13 @@ TEST_F(WebhookSenderTest, KeepsAtMostMaxInFlightAndStartsTheRestAsSlotsFree) {
   ASSERT_TRUE(run_until([&] { return done.calls.size() == 5; }));
   EXPECT_LE(most_in_flight, 2u);
   EXPECT_EQ(receiver.connections, 5);
-  EXPECT_FALSE(done.calls[0].first);
-  EXPECT_FALSE(done.calls[1].first);
-  for (int i = 2; i < 5; ++i) EXPECT_TRUE(done.calls[i].first) << i;
+  // Two held connections time out, the rest are delivered; in whatever order they end (under
+  // load a third delivery, started when the first slot freed, can end before the second
+  // timeout fires: seen in CI).
+  int delivered = 0;
+  for (const auto& call : done.calls) delivered += call.first ? 1 : 0;
+  EXPECT_EQ(delivered, 3);
+  EXPECT_FALSE(done.calls[0].first) << "the first to end is a held connection's timeout";
   std::vector<std::string> bodies;
   for (const auto& req : receiver.requests) bodies.push_back(req.body);
   EXPECT_THAT(bodies, ::testing::UnorderedElementsAre(R"({"n":0})", R"({"n":1})", R"({"n":2})",

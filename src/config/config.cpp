@@ -322,8 +322,9 @@ class Parser {
     const char* path = "agents";
     check_keys(t, path,
                {"listen", "url", "server_names", "certificate_days", "join_token_ttl", "heartbeat_interval",
-                "unreachable_after", "reconnect_grace"});
+                "unreachable_after", "reconnect_grace", "journal_key_file"});
     get_string(t, path, "listen", a.listen);
+    get_string(t, path, "journal_key_file", a.journal_key_file);
     get_string(t, path, "url", a.url);
     if (const toml::node* n = t.get("server_names")) {
       std::string npath = join(path, "server_names");

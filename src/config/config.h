@@ -140,6 +140,10 @@ struct AgentsConfig {
   std::chrono::seconds heartbeat_interval{10};
   std::chrono::seconds unreachable_after{30};
   std::chrono::seconds reconnect_grace{60};
+  // The key that seals journaled agent commands; "" = DATA_DIR/agent-link/journal.key. Replicas
+  // on one PostgreSQL store must share it (one file they all read), or one replica cannot open
+  // the commands another journaled.
+  std::string journal_key_file;
   bool enabled() const { return !listen.empty(); }
   std::chrono::seconds certificate_validity() const { return std::chrono::hours(24) * certificate_days; }
   // When a certificate issued now should be renewed: two-thirds of its life.

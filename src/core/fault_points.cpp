@@ -1,6 +1,8 @@
 #include "core/fault_points.h"
 
 #include <algorithm>
+#include <atomic>
+#include <utility>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -59,30 +61,52 @@ const char* armed_name() {
   return armed && *armed ? armed : nullptr;
 }
 
-}  // namespace
-
-std::span<const std::string_view> known_fault_points() { return kKnown; }
-
-Status check_armed_fault_point() {
-  const char* armed = armed_name();
-  if (!armed) return {};
-  if (std::find(std::begin(kKnown), std::end(kKnown), std::string_view(armed)) != std::end(kKnown)) return {};
-  std::string known;
-  for (auto k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
-  return fail(ErrorCode::invalid_argument,
-              "GPUCLOUD_FAULT_POINT: '" + std::string(armed) + "' is not a fault point (known: " + known + ")");
+// GPUCLOUD_PAUSE_POINT: the process stops itself (SIGSTOP) the first time it reaches that
+// point, as a process paused or cut off from the database mid-work would (issue 27's fencing
+// test); the test sends SIGCONT.
+const char* paused_name() {
+  static const char* armed = std::getenv("GPUCLOUD_PAUSE_POINT");
+  return armed && *armed ? armed : nullptr;
 }
 
-void fault_point(std::string_view name) {
-  const char* armed = armed_name();
-  if (!armed || name != armed) return;
-  // write(2), not stdio: unbuffered, so the line is on disk before the SIGKILL.
-  std::string line = "fault point " + std::string(name) + ": killing with SIGKILL\n";
+void say(const std::string& line) {
+  // write(2), not stdio: unbuffered, so the line is on disk before the signal.
   for (std::size_t done = 0; done < line.size();) {
     ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
     if (n <= 0) break;
     done += static_cast<std::size_t>(n);
   }
+}
+
+}  // namespace
+
+std::span<const std::string_view> known_fault_points() { return kKnown; }
+
+Status check_armed_fault_point() {
+  for (const auto& [variable, armed] : {std::pair{"GPUCLOUD_FAULT_POINT", armed_name()},
+                                        std::pair{"GPUCLOUD_PAUSE_POINT", paused_name()}}) {
+    if (!armed) continue;
+    if (std::find(std::begin(kKnown), std::end(kKnown), std::string_view(armed)) != std::end(kKnown)) continue;
+    std::string known;
+    for (auto k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
+    return fail(ErrorCode::invalid_argument,
+                std::string(variable) + ": '" + armed + "' is not a fault point (known: " + known + ")");
+  }
+  return {};
+}
+
+void fault_point(std::string_view name) {
+  if (const char* paused = paused_name(); paused && name == paused) {
+    static std::atomic<bool> fired{false};
+    if (!fired.exchange(true)) {
+      say("pause point " + std::string(name) + ": stopping with SIGSTOP\n");
+      ::kill(::getpid(), SIGSTOP);
+      say("pause point " + std::string(name) + ": continued\n");
+    }
+  }
+  const char* armed = armed_name();
+  if (!armed || name != armed) return;
+  say("fault point " + std::string(name) + ": killing with SIGKILL\n");
   ::kill(::getpid(), SIGKILL);
 }
 

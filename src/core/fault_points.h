@@ -3,7 +3,9 @@
 // process writes `fault point NAME: killing with SIGKILL` to stderr and kills itself with
 // SIGKILL right here, exactly like `kill -9` at that moment. The line lets a test prove the
 // point it armed is the one that fired (a renamed or unreached point would otherwise pass as
-// a plain restart).
+// a plain restart). GPUCLOUD_PAUSE_POINT names a point where the process instead stops
+// itself (SIGSTOP) the first time, after writing `pause point NAME: stopping with SIGSTOP`: a
+// replica paused mid-transaction, for the leader-fencing test.
 #include <span>
 #include <string_view>
 

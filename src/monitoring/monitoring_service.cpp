@@ -35,6 +35,7 @@ void MonitoringService::stop() {
 }
 
 asio::awaitable<void> MonitoringService::start() {
+  background_ = true;
   auto earliest = co_await store_.read([](store::Database& db) { return instances::earliest_schedule(db); });
   if (!earliest) {
     spdlog::error("monitoring: cannot read the cost-control schedule: {}", earliest.error().detail);
@@ -85,7 +86,7 @@ void MonitoringService::schedule_noted(SysTime at) {
   // Writer thread → loop.
   asio::post(loop_, [this, alive = std::weak_ptr<bool>(alive_), at] {
     auto live = alive.lock();
-    if (!live || !*live || stopped_) return;
+    if (!live || !*live || stopped_ || !background_) return;  // a standby replica: the leader runs them
     if (at <= clock_.now()) {
       // Already due (a reading arrived after its deadline): no timer needs to fire first.
       asio::co_spawn(loop_, run_due(), asio::detached);

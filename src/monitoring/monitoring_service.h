@@ -42,6 +42,9 @@ class MonitoringService {
   // Arms the schedule timer at the earliest deadline in the store.
   boost::asio::awaitable<void> start();
   void stop();
+  // A standby replica (issue 27): commits' hooks plan nothing here until start() (the
+  // leader's background work) runs.
+  void defer_background() { background_ = false; }
   // A host's sampling round (loop). Rounds arriving while one is written wait, newest per host.
   void ingest(agent::SampleReport report);
   // From the store's writer thread: a deadline at `at` was written.
@@ -71,6 +74,7 @@ class MonitoringService {
   std::optional<std::pair<PlatformClock::TimerId, SysTime>> timer_;
   bool running_due_ = false, rerun_due_ = false;
   bool stopped_ = false;
+  bool background_ = true;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

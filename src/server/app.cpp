@@ -10,6 +10,7 @@
 #include "billing/ledger.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fcntl.h>
@@ -98,16 +99,14 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   });
   hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent),
                                           std::chrono::duration_cast<std::chrono::milliseconds>(config_.agents.unreachable_after));
+  if (lease_options_) hosts_->follow_leadership([this] { return leading(); });
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
   disks_ = std::make_unique<disks::DiskService>(loop_, config_, *store_, *clock_, hosts_->agent());
   instances_ = std::make_unique<instances::InstanceService>(loop_, config_, *store_, *clock_, hosts_->agent());
   instances_->use_disks(*disks_);
-  disks_->start_background();  // disks and snapshots left half-made, usage, the recycle bin's timer
-  instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
   images_ = std::make_unique<instances::ImageService>(loop_, config_, *store_, *clock_, hosts_->agent());
-  co_await images_->start();  // resumes saves, arms the recycle bin's timers
   billing::BillingService::Hooks hooks{[this](const std::string& id) { instances_->kick(id); },
                                        [this](const std::string& id) { disks_->kick_disk(id); },
                                        [this](store::Database& db, const std::string& account, SysTime now) {
@@ -118,7 +117,6 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   store_->on_billing_commit([this](std::vector<std::string> ids) {
     if (auto* billing = billing_for_commits_.load()) billing->accounts_changed(std::move(ids));
   });
-  co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
   // Cost control's stops and releases are the instances' actions, reached through the policy floor.
   monitoring::MonitoringService::Hooks monitoring_hooks{[this](const std::string& id) { instances_->kick(id); },
                                                         policy::cost_control_actions()};
@@ -128,9 +126,66 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   store_->on_schedule_commit([this](SysTime at) {
     if (auto* m = monitoring_for_commits_.load()) m->schedule_noted(at);
   });
-  co_await monitoring_->start();  // cost control's timer at the earliest deadline
+  bool leads = true;
+  if (lease_options_) {
+    // Named after where it runs, unique per process: the lease row says who leads.
+    char host[256] = {};
+    (void)::gethostname(host, sizeof host - 1);
+    leadership_ = std::make_unique<Leadership>(loop_, *lease_options_,
+                                               std::string(host) + "/" + std::to_string(::getpid()) + "/" + new_id("r").substr(2, 6),
+                                               Leadership::Options{});
+    leads = co_await leadership_->try_lead();
+    if (leads) {
+      co_await become_leader(*leadership_->epoch());
+    } else {
+      billing_->defer_background();
+      monitoring_->defer_background();
+    }
+  }
+  if (leads) co_await start_background();
+  if (leadership_) {
+    leadership_->run(
+        [this](std::int64_t epoch) { asio::co_spawn(loop_, lead(epoch), asio::detached); },
+        [this](std::string why) {
+          spdlog::error(R"({{"event":"leader_deposed","detail":{}}})",
+                        boost::json::serialize(boost::json::value(boost::json::string(why))));
+          asio::co_spawn(loop_, exit_deposed(), asio::detached);
+        });
+  }
   asio::co_spawn(loop_, poll_event_seq(), asio::detached);
   co_return ok();
+}
+
+asio::awaitable<void> App::exit_deposed() {
+  // Like a Kubernetes controller that lost its lease: the writes already queued end first
+  // (each refused by the fence), then the process stops, and its supervisor starts it again
+  // as a standby. Nothing of the background work can be trusted to stop cleanly otherwise.
+  co_await store_->drain_writes();
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(75);  // EX_TEMPFAIL
+}
+
+asio::awaitable<void> App::become_leader(std::int64_t epoch) {
+  // From now on every commit of this process checks that the lease is still this epoch.
+  store_->set_commit_fence(leadership_->fence(epoch));
+  if (on_elected_) co_await on_elected_();
+}
+
+asio::awaitable<void> App::lead(std::int64_t epoch) {
+  co_await become_leader(epoch);
+  hosts_->begin_leading();  // the old leader's agents get their grace to redial
+  spdlog::info(R"({{"event":"leader_background_started","epoch":{}}})", epoch);
+  co_await start_background();
+}
+
+asio::awaitable<void> App::start_background() {
+  disks_->start_background();  // disks and snapshots left half-made, usage, the recycle bin's timer
+  instances_->start_background();  // reconcile now (re-attach after a restart), then periodically
+  co_await images_->start();  // resumes saves, arms the recycle bin's timers
+  co_await billing_->start();  // the settlement timer, and every account's projected zero and graces
+  co_await monitoring_->start();  // cost control's timer at the earliest deadline
 }
 
 asio::awaitable<void> App::poll_event_seq() {
@@ -138,7 +193,7 @@ asio::awaitable<void> App::poll_event_seq() {
   auto last_purge = std::chrono::steady_clock::time_point{};
   while (!shutting_down_) {
     // Expired Idempotency-Keys go (claims purge too); their answers are kept no longer than 24 h.
-    if (std::chrono::steady_clock::now() - last_purge > std::chrono::hours(1)) {
+    if (leading() && std::chrono::steady_clock::now() - last_purge > std::chrono::hours(1)) {
       auto purge = [window = config_.server.login_window](store::Database& db) -> Status {
         if (auto s = auth::purge_shared_login_failures(db, window, system_now()); !s) return s;
         return store::purge_idempotency_keys(db, system_now());

@@ -29,6 +29,7 @@
 #include "server/console.h"
 #include "server/host_registry.h"
 #include "server/http_types.h"
+#include "server/leadership.h"
 #include "server/metrics.h"
 #include "server/password_pool.h"
 #include "server/request_log.h"
@@ -129,6 +130,14 @@ class App {
   // Connects the host agent (in-process, or behind the loopback JSON transport) and
   // registers its hosts; call once before serving.
   boost::asio::awaitable<Status> start_agent(std::unique_ptr<agent::HostAgent> agent);
+  // Replicas on PostgreSQL (issue 27): background work runs only while this replica holds the
+  // lease, claimed on a connection of its own with these options. Call before start_agent.
+  void use_leader_lease(store::PgConnectOptions options) { lease_options_ = std::move(options); }
+  // Awaited on the loop when this replica becomes the leader, before its background work
+  // starts (main: the in-process agent starts and the hub serves its hosts).
+  void on_elected(std::function<boost::asio::awaitable<void>()> step) { on_elected_ = std::move(step); }
+  // Whether this replica runs the background work now (always, on SQLite).
+  bool leading() const { return !lease_options_ || (leadership_ && leadership_->epoch().has_value()); }
 
   // Runs `effect(Database&) -> Result<Response>` in one write transaction, honouring the
   // request's Idempotency-Key: the answer is stored in that same transaction. What is stored
@@ -171,6 +180,14 @@ class App {
   std::shared_ptr<Waiters> event_waiters_ = std::make_shared<Waiters>();
   bool shutting_down_ = false;
   boost::asio::awaitable<void> poll_event_seq();
+  // Settlement, reconcile, the services' timers: on the leader only.
+  boost::asio::awaitable<void> start_background();
+  boost::asio::awaitable<void> become_leader(std::int64_t epoch);
+  boost::asio::awaitable<void> lead(std::int64_t epoch);  // a standby elected later
+  boost::asio::awaitable<void> exit_deposed();
+  std::optional<store::PgConnectOptions> lease_options_;
+  std::unique_ptr<Leadership> leadership_;
+  std::function<boost::asio::awaitable<void>()> on_elected_;
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<disks::DiskService> disks_;
   std::unique_ptr<instances::InstanceService> instances_;

@@ -262,11 +262,50 @@ void HostRegistry::schedule_check() {
   });
 }
 
+void HostRegistry::begin_leading() {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.agents.reconnect_grace);
+  for (auto& [name, seen] : last_heartbeat_)
+    if (!std::any_of(config_.hosts.begin(), config_.hosts.end(), [&](const config::Host& h) { return h.name == name; }))
+      seen = std::max(seen, until);
+}
+
+asio::awaitable<void> HostRegistry::merge_stored_heartbeats() {
+  auto read = [](store::Database& db) -> Result<std::vector<store::Row>> {
+    return db.all("SELECT name, last_heartbeat_at, state FROM hosts WHERE agent_kind = 'remote' AND admin_state != 'removed'");
+  };
+  const std::shared_ptr<bool> live = alive_;
+  auto rows = co_await store_.read(std::move(read));
+  if (!*live || !rows) co_return;
+  const auto steady_now = std::chrono::steady_clock::now();
+  const auto wall_now = system_now();
+  for (const auto& r : *rows) {
+    const std::string name = r.text(0);
+    if (!reachable_.contains(name)) {
+      // A host whose agent joined through another replica: followed from here on, with the
+      // reconnect grace as after a start.
+      reachable_[name] = r.text(2) == "ready";
+      last_heartbeat_[name] = steady_now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               config_.agents.reconnect_grace);
+    }
+    if (r.is_null(1)) continue;
+    const auto age = std::max(SysTime::duration::zero(), wall_now - from_unix_micros(r.int64(1)));
+    const auto seen = steady_now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(age);
+    auto& known = last_heartbeat_[name];
+    known = std::max(known, seen);
+  }
+}
+
 asio::awaitable<void> HostRegistry::check_liveness() {
-  // What changed is decided before the first await: the registry may be destroyed while a
+  const std::shared_ptr<bool> live = alive_;
+  const bool deciding = !leading_ || leading_();
+  if (deciding && leading_ && config_.agents.enabled()) {
+    co_await merge_stored_heartbeats();
+    if (!*live) co_return;
+  }
+  // What changed is decided before the next await: the registry may be destroyed while a
   // write is in flight, so nothing of it (its maps, their nodes) is touched after one unless
   // `live` says it still exists.
-  const std::shared_ptr<bool> live = alive_;
   auto now = std::chrono::steady_clock::now();
   struct Change {
     std::string name;
@@ -275,6 +314,7 @@ asio::awaitable<void> HostRegistry::check_liveness() {
   };
   std::vector<Change> changed;
   for (const auto& [name, seen] : last_heartbeat_) {
+    if (!deciding) break;  // a standby: the leader decides
     const bool alive = now - seen < unreachable_after_;
     if (alive == reachable_[name]) continue;
     reachable_[name] = alive;

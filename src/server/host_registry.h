@@ -2,6 +2,7 @@
 // The control plane's side of the agent interface: records registrations, follows
 // heartbeats (monotonic clock) and marks hosts unreachable when they stop.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,13 @@ class HostRegistry {
   // Registers the agent's hosts (inventory into the store) and starts following heartbeats.
   boost::asio::awaitable<Status> start();
   agent::HostAgent& agent() { return *agent_; }
+  // Replicas on PostgreSQL (issue 27): only the leader decides that a host stopped or started
+  // answering; a standby writes the heartbeats of the links it holds. `leading` is asked at
+  // every check. The leader also reads the heartbeats other replicas wrote.
+  void follow_leadership(std::function<bool()> leading) { leading_ = std::move(leading); }
+  // This replica just became the leader: every remote host gets the reconnect grace first (its
+  // agent may be redialling another replica), as after a restart.
+  void begin_leading();
 
  private:
   void on_heartbeat(agent::Heartbeat beat);
@@ -47,6 +55,9 @@ class HostRegistry {
   void follow_disk_pool(const agent::Heartbeat& beat);
   void schedule_check();
   boost::asio::awaitable<void> check_liveness();
+  // Heartbeats other replicas recorded for remote hosts (their links are held there).
+  boost::asio::awaitable<void> merge_stored_heartbeats();
+  std::function<bool()> leading_;  // empty: a single control plane, always deciding
 
   boost::asio::any_io_executor loop_;
   const config::Config& config_;

@@ -25,6 +25,7 @@
 #include "server/app.h"
 #include "server/http_server.h"
 #include "store/meta.h"
+#include "store/pg_listener.h"
 #include "store/store_copy.h"
 
 namespace asio = boost::asio;
@@ -65,6 +66,15 @@ SysTime restored_test_time(store::Store& store) {
 }
 
 // A named coroutine, not a lambda: a coroutine lambda's captures die with the lambda.
+// A replica that became the leader (issue 27): its in-process agent starts (re-attach, the
+// disks' recovery), then the hub runs the in-process hosts' commands, journaled ones first.
+asio::awaitable<void> serve_in_process_hosts(agent::AgentStack* stack, agentlink::AgentHub* hub,
+                                             agent::InstanceRuntime* runtime, agent::LocalAgent* local) {
+  co_await agent::start_agent_stack(stack);
+  agent::report_runtime_changes(*runtime, *local);
+  hub->serve_in_process(true);
+}
+
 asio::awaitable<void> stop_serving(server::HttpServer& http, server::App& app, asio::io_context& io) {
   app.instances().stop_background();
   app.disks().stop_background();
@@ -176,6 +186,7 @@ int main(int argc, char** argv) {
   // An empty path would make SQLite open a private temporary database, i.e. a daemon that
   // forgets everything: refuse anything we cannot open.
   Result<std::unique_ptr<store::Store>> store = fail(ErrorCode::invalid_argument, "store: no database");
+  std::optional<store::PgConnectOptions> lease_connection;  // replicas on PostgreSQL: who leads
   if (cfg->store_is_postgres()) {
     store::PgConnectOptions pg{cfg->store_url, {}, "gpucloudd"};
     if (const char* env = std::getenv("GPUCLOUD_STORE_PASSWORD"); env && *env) {
@@ -188,6 +199,7 @@ int main(int argc, char** argv) {
       }
     }
     store = store::Store::open_postgres(pg, cfg->server.worker_threads);
+    lease_connection = pg;
   } else {
     const std::string store_path = cfg->store_path();
     if (store_path.empty()) {
@@ -206,6 +218,7 @@ int main(int argc, char** argv) {
   auto clock = std::make_unique<PlatformClock>(io.get_executor(), flags.test_clock, start);
   std::string listen = cfg->listen;
   server::App app(io.get_executor(), std::move(*cfg), std::move(*store), std::move(clock));
+  if (lease_connection) app.use_leader_lease(*lease_connection);
   if (auto s = app.bootstrap_admin(); !s) {
     std::fprintf(stderr, "gpucloudd: admin bootstrap: %s\n", s.error().detail.c_str());
     return 1;
@@ -213,7 +226,9 @@ int main(int argc, char** argv) {
 
   // All-in-one: the agent runs in-process. GPUCLOUD_AGENT_TRANSPORT=loopback-json puts every
   // agent message through JSON text, as a wire would (tests use it).
-  auto stack = agent::build_agent_stack(io, app.config(), app.installation_id());
+  // Replicas: a standby starts the in-process agent (which recovers and cleans its directory)
+  // only once it leads.
+  auto stack = agent::build_agent_stack(io, app.config(), app.installation_id(), !lease_connection.has_value());
   if (!stack) {
     std::fprintf(stderr, "gpucloudd: agent: %s\n", stack.error().detail.c_str());
     return 1;
@@ -225,25 +240,56 @@ int main(int argc, char** argv) {
     host_agent = std::make_unique<agent::LoopbackJsonAgent>(std::move(host_agent));
   // Remote agents ([agents] listen): the hub sends the in-process hosts' commands to the
   // local agent and every other host's over its agent's link.
+  // Replicas on PostgreSQL (issue 27) always have the hub: the leader alone serves the
+  // in-process hosts, and commands reach them (and links other replicas hold) by the journal.
   std::optional<pki::CertificateAuthority> agents_ca;
   agentlink::AgentHub* hub = nullptr;
-  if (app.config().agents.enabled()) {
-    auto ca = pki::CertificateAuthority::load_or_create(std::filesystem::path(app.config().data_dir) / "pki");
-    auto key = agentlink::load_or_create_journal_key(
-        (std::filesystem::path(app.config().data_dir) / "agent-link" / "journal.key").string());
-    if (!ca || !key) {
-      std::fprintf(stderr, "gpucloudd: agents: %s\n", (!ca ? ca.error() : key.error()).detail.c_str());
+  const bool replicas = lease_connection.has_value();
+  if (app.config().agents.enabled() || replicas) {
+    std::string key_path = app.config().agents.journal_key_file;
+    if (key_path.empty()) key_path = (std::filesystem::path(app.config().data_dir) / "agent-link" / "journal.key").string();
+    auto key = agentlink::load_or_create_journal_key(key_path);
+    if (!key) {
+      std::fprintf(stderr, "gpucloudd: agents: %s\n", key.error().detail.c_str());
       return 1;
     }
-    agents_ca.emplace(std::move(*ca));
-    app.set_agents_ca(&*agents_ca);  // the join-token route reads its fingerprint
+    if (app.config().agents.enabled()) {
+      auto ca = pki::CertificateAuthority::load_or_create(std::filesystem::path(app.config().data_dir) / "pki");
+      if (!ca) {
+        std::fprintf(stderr, "gpucloudd: agents: %s\n", ca.error().detail.c_str());
+        return 1;
+      }
+      agents_ca.emplace(std::move(*ca));
+      app.set_agents_ca(&*agents_ca);  // the join-token route reads its fingerprint
+    }
     auto made = std::make_unique<agentlink::AgentHub>(io.get_executor(), app.store(), std::move(host_agent),
                                                       agentlink::AgentHub::Options{
                                                           .journal_key = std::move(*key),
                                                           .heartbeat_interval = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                              app.config().agents.heartbeat_interval)});
+                                                              app.config().agents.heartbeat_interval),
+                                                          .relay = replicas});
     hub = made.get();
     host_agent = std::move(made);
+  }
+  std::unique_ptr<store::PgListener> listener;
+  if (replicas) {
+    hub->serve_in_process(false);  // until this replica leads
+    app.on_elected([&stack, hub, runtime_ptr, local_agent_ptr] {
+      return serve_in_process_hosts(&*stack, hub, runtime_ptr, local_agent_ptr);
+    });
+    listener = std::make_unique<store::PgListener>(
+        io.get_executor(), *lease_connection,
+        std::vector<std::string>{store::kEventsChannel, store::kAgentCommandsChannel, store::kAgentOutcomesChannel},
+        [&app, hub](const std::string& channel, const std::string& payload) {
+          if (channel == store::kEventsChannel) app.wake_event_streams();
+          else if (channel == store::kAgentCommandsChannel) hub->commands_queued(payload);
+          else if (channel == store::kAgentOutcomesChannel) hub->outcome_recorded(payload);
+        },
+        [&app, hub] {
+          app.wake_event_streams();
+          hub->catch_up();
+        });
+    listener->start();
   }
   std::optional<Status> agent_started;
   asio::co_spawn(io, app.start_agent(std::move(host_agent)), [&](std::exception_ptr e, Status s) {
@@ -256,10 +302,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpucloudd: agent: %s\n", agent_started ? agent_started->error().detail.c_str() : "did not start");
     return 1;
   }
-  // From here a container that dies or starts behind the platform's back is reconciled at once.
-  agent::report_runtime_changes(*runtime_ptr, *local_agent_ptr);
+  // From here a container that dies or starts behind the platform's back is reconciled at once
+  // (replicas: once this one leads, serve_in_process_hosts).
+  if (!replicas) agent::report_runtime_changes(*runtime_ptr, *local_agent_ptr);
   std::unique_ptr<agentlink::LinkListener> agents_listener;
-  if (hub) {
+  if (hub && app.config().agents.enabled()) {
     agents_listener = std::make_unique<agentlink::LinkListener>(io.get_executor(), app.config(), app.store(), *agents_ca, *hub);
     auto bound = agents_listener->listen();
     if (!bound) {
@@ -291,6 +338,7 @@ int main(int argc, char** argv) {
     spdlog::info(R"({{"event":"stopping","signal":{}}})", signal);
     app.begin_shutdown();  // event streams end; in-flight requests finish
     if (agents_listener) agents_listener->stop();
+    if (listener) listener->stop();
     if (hub) hub->stop();
     runtime_ptr->stop_watching();
     asio::co_spawn(io, stop_serving(http, app, io), asio::detached);

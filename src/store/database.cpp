@@ -61,6 +61,7 @@ class SqliteDatabase final : public Database {
   ~SqliteDatabase() override;
   Status exec_script(std::string_view sql) override;
   Status run(std::string_view sql, std::initializer_list<Arg> args) override;
+  Status run_args(std::string_view sql, std::span<const Arg> args) override;
   Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args) override;
   Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args) override;
   Status each(std::string_view sql, std::initializer_list<Arg> args,
@@ -72,7 +73,7 @@ class SqliteDatabase final : public Database {
   void set_wal_pages(int pages) { wal_pages_ = pages; }
 
  private:
-  Result<sqlite3_stmt*> prepare(std::string_view sql, std::initializer_list<Arg> args);
+  Result<sqlite3_stmt*> prepare(std::string_view sql, std::span<const Arg> args);
   Error error(std::string_view what) const;
 
   sqlite3* db_;
@@ -134,7 +135,7 @@ Status SqliteDatabase::exec_script(std::string_view sql) {
   return ok();
 }
 
-Result<sqlite3_stmt*> SqliteDatabase::prepare(std::string_view sql, std::initializer_list<Arg> args) {
+Result<sqlite3_stmt*> SqliteDatabase::prepare(std::string_view sql, std::span<const Arg> args) {
   sqlite3_stmt* stmt = nullptr;
   std::string key(sql);
   if (auto it = statements_.find(key); it != statements_.end()) {
@@ -166,6 +167,10 @@ Result<sqlite3_stmt*> SqliteDatabase::prepare(std::string_view sql, std::initial
 }
 
 Status SqliteDatabase::run(std::string_view sql, std::initializer_list<Arg> args) {
+  return run_args(sql, std::span<const Arg>(args.begin(), args.size()));
+}
+
+Status SqliteDatabase::run_args(std::string_view sql, std::span<const Arg> args) {
   auto stmt = prepare(sql, args);
   if (!stmt) return fail(stmt.error());
   int rc;
@@ -197,7 +202,7 @@ std::vector<Value> read_row(sqlite3_stmt* stmt) {
 }  // namespace
 
 Result<std::optional<Row>> SqliteDatabase::one(std::string_view sql, std::initializer_list<Arg> args) {
-  auto stmt = prepare(sql, args);
+  auto stmt = prepare(sql, std::span<const Arg>(args.begin(), args.size()));
   if (!stmt) return fail(stmt.error());
   int rc = sqlite3_step(*stmt);
   std::optional<Row> row;
@@ -212,7 +217,7 @@ Result<std::optional<Row>> SqliteDatabase::one(std::string_view sql, std::initia
 }
 
 Result<std::vector<Row>> SqliteDatabase::all(std::string_view sql, std::initializer_list<Arg> args) {
-  auto stmt = prepare(sql, args);
+  auto stmt = prepare(sql, std::span<const Arg>(args.begin(), args.size()));
   if (!stmt) return fail(stmt.error());
   std::vector<Row> rows;
   int rc;
@@ -228,7 +233,7 @@ Result<std::vector<Row>> SqliteDatabase::all(std::string_view sql, std::initiali
 
 Status SqliteDatabase::each(std::string_view sql, std::initializer_list<Arg> args,
                       const std::function<bool(const RowView&)>& fn) {
-  auto stmt = prepare(sql, args);
+  auto stmt = prepare(sql, std::span<const Arg>(args.begin(), args.size()));
   if (!stmt) return fail(stmt.error());
   const SqliteRowView row(*stmt);
   int rc;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -75,6 +76,9 @@ class Database {
 
   virtual Status exec_script(std::string_view sql) = 0;  // several statements, no binds
   virtual Status run(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
+  // A statement whose arguments are counted at run time (a multi-row INSERT or VALUES list:
+  // one round trip for many rows).
+  virtual Status run_args(std::string_view sql, std::span<const Arg> args) = 0;
   virtual Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
   virtual Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args = {}) = 0;
   // Every row of a query, read in place without copying it out (a settlement pass reads every
@@ -99,6 +103,7 @@ class Database {
   // after the commit, to wake event streams at once instead of at their next poll.
   void note_event_written() { event_written_ = true; }
   bool take_event_written() { return std::exchange(event_written_, false); }
+  bool event_pending() const { return event_written_; }
   // Likewise for billing: the accounts whose balance or open meters the transaction changed,
   // so the billing service re-projects when each reaches zero (read after the commit).
   void note_billing_change(const std::string& account_id) { billing_changes_.push_back(account_id); }

@@ -631,6 +631,22 @@ ALTER TABLE hosts ADD COLUMN public_address TEXT NOT NULL DEFAULT '';
 CREATE TABLE login_failures (key TEXT NOT NULL, at INTEGER NOT NULL);
 CREATE INDEX login_failures_by_key ON login_failures(key, at);
 )sql"},
+    // Replicas on PostgreSQL (issue 27): who leads the background work. The lease row is
+    // renewed every second by its holder; the fence row changes only when the lease changes
+    // hands, so a leader's commits check it (FOR SHARE) without colliding with its renewals.
+    // A command's whole outcome, sealed: the replica that asked reads it when another replica
+    // (the one holding the host's link, or the leader for in-process hosts) ran it.
+    {28, R"sql(
+CREATE TABLE leader_lease (
+  name TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  locked INTEGER NOT NULL DEFAULT 0,
+  expires_at INTEGER NOT NULL
+);
+CREATE TABLE leader_fence (name TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
+ALTER TABLE agent_commands ADD COLUMN result TEXT;
+)sql"},
 };
 
 }  // namespace

@@ -86,19 +86,22 @@ class PgDatabase final : public Database {
     return ok();
   }
   Status run(std::string_view sql, std::initializer_list<Arg> args) override {
+    return run_args(sql, std::span<const Arg>(args.begin(), args.size()));
+  }
+  Status run_args(std::string_view sql, std::span<const Arg> args) override {
     auto result = execute(sql, args);
     if (!result) return fail(result.error());
     return ok();
   }
   Result<std::optional<Row>> one(std::string_view sql, std::initializer_list<Arg> args) override {
-    auto result = execute(sql, args);
+    auto result = execute(sql, std::span<const Arg>(args.begin(), args.size()));
     if (!result) return fail(result.error());
     std::optional<Row> row;
     if (PQntuples(result->get()) > 0) row.emplace(read_row(result->get(), 0));
     return row;
   }
   Result<std::vector<Row>> all(std::string_view sql, std::initializer_list<Arg> args) override {
-    auto result = execute(sql, args);
+    auto result = execute(sql, std::span<const Arg>(args.begin(), args.size()));
     if (!result) return fail(result.error());
     std::vector<Row> rows;
     const int n = PQntuples(result->get());
@@ -108,7 +111,7 @@ class PgDatabase final : public Database {
   }
   Status each(std::string_view sql, std::initializer_list<Arg> args,
               const std::function<bool(const RowView&)>& fn) override {
-    auto result = execute(sql, args);
+    auto result = execute(sql, std::span<const Arg>(args.begin(), args.size()));
     if (!result) return fail(result.error());
     PgRowView view(result->get(), 0);
     const int n = PQntuples(result->get());
@@ -179,7 +182,7 @@ class PgDatabase final : public Database {
     }
   }
 
-  Result<const Prepared*> prepare(std::string_view sql, std::initializer_list<Arg> args) {
+  Result<const Prepared*> prepare(std::string_view sql, std::span<const Arg> args) {
     reconnect_if_lost();
     std::string key(sql);
     key += '\0';
@@ -205,7 +208,7 @@ class PgDatabase final : public Database {
     return &statements_.emplace(std::move(key), std::move(prepared)).first->second;
   }
 
-  Result<ResultPtr> execute(std::string_view sql, std::initializer_list<Arg> args) {
+  Result<ResultPtr> execute(std::string_view sql, std::span<const Arg> args) {
     auto prepared = prepare(sql, args);
     if (!prepared) return fail(prepared.error());
     // Every parameter travels as text; PostgreSQL parses it as the type it inferred.
@@ -231,7 +234,7 @@ class PgDatabase final : public Database {
       values.push_back(nullptr);
     }
     for (std::size_t i = 0; i < values.size(); ++i)
-      if (!std::holds_alternative<std::nullptr_t>(std::data(args)[i].value)) values[i] = texts[i].c_str();
+      if (!std::holds_alternative<std::nullptr_t>(args[i].value)) values[i] = texts[i].c_str();
     ResultPtr result(PQexecPrepared(conn_, (*prepared)->name.c_str(), static_cast<int>(values.size()), values.data(),
                                     nullptr, nullptr, 0));
     if (auto s = check(result.get(), "step"); !s) return fail(s.error());
@@ -263,7 +266,7 @@ std::string redacted_url(std::string_view url) {
   return std::string(url.substr(0, colon)) + ":***" + std::string(url.substr(at));
 }
 
-Result<std::unique_ptr<Database>> connect_postgres(const PgConnectOptions& options) {
+Result<PGconn*> open_pg_connection(const PgConnectOptions& options) {
   const char* keywords[] = {"dbname", "password", "application_name", "connect_timeout", nullptr};
   const char* values[] = {options.url.c_str(), options.password.empty() ? nullptr : options.password.c_str(),
                           options.application_name.c_str(), "10", nullptr};
@@ -284,10 +287,21 @@ Result<std::unique_ptr<Database>> connect_postgres(const PgConnectOptions& optio
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
     return fail(ErrorCode::unavailable, "cannot connect to store " + redacted_url(options.url) + ": " + message);
   }
+  return conn;
+}
+
+Result<std::unique_ptr<Database>> connect_postgres(const PgConnectOptions& options) {
+  auto opened = open_pg_connection(options);
+  if (!opened) return fail(opened.error());
+  PGconn* conn = *opened;
   // Notices (a CREATE ... IF NOT EXISTS that found the table) are not errors: say nothing.
   PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
   auto db = std::make_unique<PgDatabase>(conn, redacted_url(options.url));
   if (auto s = db->exec_script("SET TIME ZONE 'UTC'"); !s) return fail(s.error());
+  // A transaction of ours never waits on anything outside it: one idle for 20 s belongs to a
+  // process that was stopped or cut off (a deposed leader), and its row locks would hold up
+  // the replica that took over. The server ends such a session; its work is refused anyway.
+  if (auto s = db->exec_script("SET idle_in_transaction_session_timeout = '20s'"); !s) return fail(s.error());
   return std::unique_ptr<Database>(std::move(db));
 }
 

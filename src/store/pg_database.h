@@ -9,6 +9,8 @@
 #include "core/result.h"
 #include "store/database.h"
 
+struct pg_conn;  // libpq's PGconn
+
 namespace gpucloud::store {
 
 struct PgConnectOptions {
@@ -18,6 +20,8 @@ struct PgConnectOptions {
 };
 
 Result<std::unique_ptr<Database>> connect_postgres(const PgConnectOptions& options);
+// A bare libpq connection (PGconn*) with the same options, for a LISTEN connection (pg_listener.h).
+Result<pg_conn*> open_pg_connection(const PgConnectOptions& options);
 
 bool is_postgres_url(std::string_view url);
 // The URL with any password taken out, for logs and messages.

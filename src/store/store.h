@@ -39,6 +39,13 @@ class Store {
     return offload<R>(writer_pool_.get_executor(), std::move(job));
   }
 
+  // Resumes once every write queued before it has ended (it runs no transaction itself): a
+  // deposed leader lets its fenced writes be refused before it exits.
+  boost::asio::awaitable<bool> drain_writes() {
+    auto job = [] { return true; };
+    return offload<bool>(writer_pool_.get_executor(), std::move(job));
+  }
+
   // Runs `work(Database&)` on a read connection (a consistent snapshot per call).
   template <class F>
   boost::asio::awaitable<std::invoke_result_t<F&, Database&>> read(F work) {
@@ -72,6 +79,15 @@ class Store {
   // Called on the writer thread after each commit that wrote an instance's cost-control
   // deadline (the earliest of them).
   void on_schedule_commit(std::function<void(SysTime)> callback) { on_schedule_commit_ = std::move(callback); }
+  // The leader's commit fence (issue 27): run in every write transaction just before its
+  // COMMIT, on the writer thread; an error rolls the transaction back and is the write's
+  // answer (a serialization failure re-runs the whole transaction, fence included). Set when
+  // this replica becomes the leader of background work; empty (no check) on SQLite.
+  using CommitFence = std::function<Status(Database&)>;
+  void set_commit_fence(CommitFence fence) {
+    std::lock_guard lock(writer_mutex_);
+    commit_fence_ = std::move(fence);
+  }
 
  private:
   using Connect = std::function<Result<std::unique_ptr<Database>>()>;
@@ -116,17 +132,24 @@ class Store {
     }
     R result = std::move(*attempt);
     if (!result) {
-      (void)writer_->exec_script("ROLLBACK");
-      (void)writer_->take_event_written();
-      (void)writer_->take_billing_changes();
-      (void)writer_->take_schedule_noted();
+      abandon_write();
       return result;
     }
+    if (commit_fence_) {
+      if (auto s = commit_fence_(*writer_); !s) {
+        abandon_write();
+        return R(tl::unexpected(s.error()));
+      }
+    }
+    // Other replicas' event streams hear of it at the commit (pg_listener.h).
+    if (dialect_ == Dialect::postgres && writer_->event_pending()) {
+      if (auto s = writer_->exec_script("NOTIFY gpucloud_events"); !s) {
+        abandon_write();
+        return R(tl::unexpected(s.error()));
+      }
+    }
     if (auto s = writer_->exec_script("COMMIT"); !s) {
-      (void)writer_->exec_script("ROLLBACK");
-      (void)writer_->take_event_written();
-      (void)writer_->take_billing_changes();
-      (void)writer_->take_schedule_noted();
+      abandon_write();
       return R(tl::unexpected(s.error()));
     }
     if (writer_->wal_pages() >= kCheckpointPages) request_checkpoint();
@@ -135,6 +158,12 @@ class Store {
       on_billing_commit_(std::move(changed));
     if (auto at = writer_->take_schedule_noted(); at && on_schedule_commit_) on_schedule_commit_(*at);
     return result;
+  }
+  void abandon_write() {
+    (void)writer_->exec_script("ROLLBACK");
+    (void)writer_->take_event_written();
+    (void)writer_->take_billing_changes();
+    (void)writer_->take_schedule_noted();
   }
   template <class R, class F>
   R run_read(F& work) {
@@ -161,6 +190,7 @@ class Store {
   std::function<void()> on_event_commit_;
   std::function<void(std::vector<std::string>)> on_billing_commit_;
   std::function<void(SysTime)> on_schedule_commit_;
+  CommitFence commit_fence_;
   std::unique_ptr<Database> writer_;
   Dialect dialect_;
   Connect connect_reader_;

@@ -959,7 +959,7 @@ TEST_F(DockerDriverTest, DOCKER_NetworkIsIdempotentAndKeepsInstancesApart) {
   EXPECT_EQ(mtu->out, "1400\n");
 }
 
-TEST_F(DockerDriverTest, DOCKER_ImagePresentAndCommit) {
+TEST_F(DockerDriverTest, DOCKER_SLOW_ImagePresentAndCommit) {
   auto present = go(driver_->image_present(test_image()));
   ASSERT_TRUE(present);
   EXPECT_TRUE(*present);

@@ -3,6 +3,8 @@
 // runs on it. Needs the tests' PostgreSQL (scripts/start-postgres.sh); each test has a
 // database of its own.
 #include <atomic>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +26,7 @@
 #include "support/postgres_test_db.h"
 #include "support/test_daemon.h"
 #include "support/test_resources.h"
+#include "support/wait.h"
 
 namespace gpucloud {
 namespace {
@@ -442,6 +445,141 @@ UserView view_of(const testing::TestDaemon& d, const std::string& token) {
   for (const auto& disk : disks.at("items").as_array())
     v.disks.push_back(std::string(disk.at("name").as_string()) + ":" + json::serialize(disk.at("size_gib")));
   return v;
+}
+
+// ---- one leader for background work (issue 27) --------------------------------------------
+// Two replicas with the billing tests' installation (the no-GPU size charges one fen a second)
+// settling every second, so a settlement with a charge comes soon after an instance runs.
+// Replicas on one machine share one data directory (the in-process host's agent state and
+// disks, the key that seals journaled agent commands): whichever leads serves that host.
+std::string replica_config(const PostgresTestDatabase& pg) {
+  return testing::billing_test_config(1'000'000) + "settle_interval = \"1s\"\n[store]\nurl = \"" + pg.url() +
+         "\"\npassword_file = \"" + testing::test_postgres()->password_file + "\"\n";
+}
+
+// The replicas' data directory, removed after them (declared before them).
+struct SharedDir {
+  std::filesystem::path path = gpucloud::testing::unique_temp_dir("gpucloud-replicas");
+  ~SharedDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+bool log_has(const testing::TestDaemon& d, const std::string& text) { return d.log().find(text) != std::string::npos; }
+
+// Whether the user's ledger has a compute charge (a settlement ran).
+bool has_charge(const testing::TestDaemon& d, const std::string& token) {
+  auto ledger = d.get("/api/v1/billing/ledger?limit=200", token);
+  if (ledger.status != 200) return false;
+  auto body = ledger.json();
+  for (const auto& e : body.at("items").as_array())
+    if (e.at("amount").as_int64() < 0) return true;
+  return false;
+}
+
+// Each second of the instance charged once: what it was charged equals its run time (one fen a
+// second), its charges in the ledger add up to it, and the ledger to the balance.
+void expect_each_second_charged_once(const testing::TestDaemon& d, const std::string& token, const std::string& name,
+                                     std::int64_t credit) {
+  auto inst = d.get("/api/v1/instances/" + name, token).json();
+  const std::int64_t run = inst.at("run_seconds").as_int64(), charged = inst.at("charged").as_int64();
+  EXPECT_GT(run, 0);
+  EXPECT_NEAR(static_cast<double>(charged), static_cast<double>(run), 1.0) << json::serialize(inst);
+  auto account = d.get("/api/v1/billing/account", token).json();
+  auto ledger = d.get("/api/v1/billing/ledger?limit=200", token).json();
+  std::int64_t sum = 0, charges = 0;
+  for (const auto& e : ledger.at("items").as_array()) {
+    sum += e.at("amount").as_int64();
+    if (e.at("amount").as_int64() < 0) charges -= e.at("amount").as_int64();
+  }
+  EXPECT_EQ(charges, charged) << json::serialize(ledger);
+  EXPECT_EQ(sum, account.at("settled_balance").as_int64()) << json::serialize(account);
+  EXPECT_EQ(account.at("settled_balance").as_int64(), credit - charged) << json::serialize(account);
+}
+
+// kill -9 of the leader inside a settlement (its ledger entries written, its meters not): the
+// transaction dies with it, the standby takes the lease as soon as the leader's session (and
+// its advisory lock) is gone, and its own settlement charges those seconds, once.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersSettlementMovesToTheOtherReplicaWithinFiveSeconds) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  const SharedDir shared;
+  const std::string config = replica_config(pg);
+  const std::string data_dir = (shared.path / "data").string();
+  testing::TestDaemon a({.config_toml = config, .data_dir = data_dir});
+  a.start("billing.settle.after_ledger_insert");
+  ASSERT_TRUE(log_has(a, R"("event":"leader_elected")")) << a.log();
+  testing::TestDaemon b({.config_toml = config, .data_dir = data_dir});
+  b.start();
+  ASSERT_TRUE(log_has(b, R"("event":"leader_standby")")) << b.log();
+  // Created through the standby: every replica answers the API.
+  const std::string token = b.register_and_login("lead-kim");
+  auto created = b.post("/api/v1/instances", json::object{{"name", "lead-one"}, {"gpu_count", 0}}, token);
+  ASSERT_EQ(created.status, 202) << created.body;
+  b.wait_for_state("lead-one", "running", token);
+  ASSERT_TRUE(a.killed_at("billing.settle.after_ledger_insert"));
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return has_charge(b, token); }, std::chrono::seconds(10),
+                                  "a settlement by the replica that took the lease"));
+  const auto failover = std::chrono::steady_clock::now() - killed;
+  std::printf("failover: kill -9 of the leader -> the other replica's first settlement in %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(failover).count()));
+  EXPECT_TRUE(log_has(b, R"("event":"leader_elected")")) << b.log();
+  EXPECT_LE(failover, std::chrono::seconds(5));
+  // The killed replica comes back as a standby, and stops the instance through the API.
+  a.start();
+  EXPECT_TRUE(log_has(a, R"("event":"leader_standby")")) << a.log();
+  ASSERT_EQ(a.post("/api/v1/instances/lead-one/stop", json::object{}, token).status, 202);
+  a.wait_for_state("lead-one", "stopped", token);
+  expect_each_second_charged_once(b, token, "lead-one", 1'000'000);
+}
+
+// A leader paused inside a settlement (a process stopped, or cut off from the database, is
+// the same to the others) loses the lease at the end of its term; resumed, its transaction is
+// refused by the epoch (never committed late), and it exits so that its supervisor starts it
+// again as a standby. The new leader charges those seconds once.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_APausedLeadersLateSettlementIsRefusedByTheEpoch) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  const SharedDir shared;
+  const std::string config = replica_config(pg);
+  const std::string data_dir = (shared.path / "data").string();
+  testing::DaemonOptions paused_options{.config_toml = config, .data_dir = data_dir};
+  paused_options.env["GPUCLOUD_PAUSE_POINT"] = "billing.settle.after_ledger_insert";
+  testing::TestDaemon a(paused_options);
+  a.start();
+  ASSERT_TRUE(log_has(a, R"("event":"leader_elected")")) << a.log();
+  testing::TestDaemon b({.config_toml = config, .data_dir = data_dir});
+  b.start();
+  ASSERT_TRUE(log_has(b, R"("event":"leader_standby")")) << b.log();
+  const std::string token = a.register_and_login("lead-lee");
+  auto created = a.post("/api/v1/instances", json::object{{"name", "lead-two"}, {"gpu_count", 0}}, token);
+  ASSERT_EQ(created.status, 202) << created.body;
+  b.wait_for_state("lead-two", "running", token);
+  ASSERT_TRUE(testing::wait_until([&] { return log_has(a, "pause point billing.settle.after_ledger_insert: stopping with SIGSTOP"); },
+                                  std::chrono::seconds(30), "the leader to stop itself inside a settlement"));
+  const auto paused = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return log_has(b, R"("event":"leader_elected")"); }, std::chrono::seconds(8),
+                                  "the other replica to take the lease once its term ran out"));
+  const auto took = std::chrono::steady_clock::now() - paused;
+  std::printf("failover: leader paused -> the other replica leads in %lld ms (term 3 s)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LE(took, std::chrono::seconds(5));
+  ASSERT_EQ(::kill(a.pid(), SIGCONT), 0);
+  EXPECT_EQ(a.wait_for_expected_exit(std::chrono::seconds(20)), 75) << a.log();
+  EXPECT_TRUE(log_has(a, R"("event":"leader_write_refused")")) << a.log();
+  EXPECT_TRUE(log_has(a, "billing_settlement_failed")) << "the resumed settlement was refused, not committed: " << a.log();
+  EXPECT_TRUE(log_has(a, R"("event":"leader_deposed")")) << a.log();
+  ASSERT_TRUE(testing::wait_until([&] { return has_charge(b, token); }, std::chrono::seconds(10),
+                                  "a settlement by the new leader"));
+  ASSERT_EQ(b.post("/api/v1/instances/lead-two/stop", json::object{}, token).status, 202);
+  b.wait_for_state("lead-two", "stopped", token);
+  expect_each_second_charged_once(b, token, "lead-two", 1'000'000);
 }
 
 // gpucloudd migrate-store: an installation with users, instances, a disk, a weekly subscription

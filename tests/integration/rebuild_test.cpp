@@ -246,7 +246,7 @@ class FlattenTest : public RebuildTest {
 // With the bound at 2 layers over a 1-layer base: the first rename's rebuild commits (2
 // layers), the second would make 3 and flattens to 1 instead; the disk, the host key and
 // the image's config survive both.
-TEST_F(FlattenTest, DOCKER_ROOT_ARebuildPastTheLayerBoundFlattensToOneLayer) {
+TEST_F(FlattenTest, DOCKER_ROOT_SLOW_ARebuildPastTheLayerBoundFlattensToOneLayer) {
   const std::string base_layers =
       shell("docker image inspect -f '{{len .RootFS.Layers}}' gpucloud/base:bookworm-2");
   if (base_layers != "1\n") GTEST_SKIP() << "expects a one-layer base image, got " << base_layers;

@@ -182,7 +182,8 @@ std::string tail_lines(const std::string& text, int lines) {
 
 TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   dir_ = (fs::temp_directory_path() / ("gpucloud-it-" + random_suffix())).string();
-  data_dir_ = dir_ + "/data";
+  data_dir_ = options_.data_dir.empty() ? dir_ + "/data" : options_.data_dir;
+  fs::create_directories(dir_);
   fs::create_directories(data_dir_);
   if (options_.signup_credit > 0 && options_.config_toml.find("[billing]") == std::string::npos)
     options_.config_toml += "\n[billing]\nsignup_credit = " + std::to_string(options_.signup_credit) + "\n";
@@ -338,6 +339,12 @@ int TestDaemon::stop() {
     return 128 + SIGKILL;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) note_problem("on SIGTERM gpucloudd " + describe_status(status));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int TestDaemon::wait_for_expected_exit(std::chrono::milliseconds timeout) {
+  const int status = wait_exit(timeout);
+  if (status == -1) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

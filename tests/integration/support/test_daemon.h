@@ -40,6 +40,8 @@ struct DaemonOptions {
   // Every new user's first ledger entry ([billing] signup_credit, added to the config unless
   // it has a [billing] table): creates need a balance. 0 leaves new users at zero.
   std::int64_t signup_credit = 1'000'000;  // ¥10,000
+  // "" = a data directory of its own; replicas on one machine (issue 27) share one.
+  std::string data_dir;
 };
 
 // At teardown a TestDaemon fails the test (ADD_FAILURE) when its daemon died on its own, did
@@ -61,6 +63,10 @@ class TestDaemon {
   // its log says that point fired. ASSERT_TRUE(daemon.killed_at("create.after_engine")).
   ::testing::AssertionResult killed_at(const std::string& point,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Waits for the daemon to end on its own, as the test expects (a deposed leader exits 75):
+  // its exit code (128+N for signal N), or -1 while it still runs after `timeout`. Such an
+  // exit is not counted as a failure at teardown.
+  int wait_for_expected_exit(std::chrono::milliseconds timeout);
   bool running() const { return pid_ > 0; }
 
   int port() const { return port_; }
