@@ -207,17 +207,7 @@ asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute(agent::Command 
     if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
     if (stopping_ && !waiter->outcome) break;  // the command stays journaled for the next start
   }
-  // Fix (issue 26 hub tests): deliver_outcome wakes only the latest waiter of an id, so hand
-  // the outcome on to the earlier caller of the same id (and it to its own earlier one);
-  // otherwise that caller waited out connected_wait and failed though the command was done.
-  if (waiter->outcome && earlier && !earlier->outcome) {
-    earlier->outcome = waiter->outcome;
-    earlier->wake.cancel();
-  }
-  if (auto it = waiters_.find(id); it != waiters_.end() && it->second == waiter) {
-    if (earlier && !earlier->outcome) it->second = earlier;
-    else waiters_.erase(it);
-  }
+  release_waiter(id, waiter, earlier);
   if (waiter->outcome) co_return *waiter->outcome;
   co_return fail(ErrorCode::unavailable, "host " + host + "'s agent " +
                                              (links_.contains(host) ? "did not answer" : "is not connected") +
@@ -462,6 +452,18 @@ asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute_relayed(agent::
     co_await waiter->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
   }
+  release_waiter(id, waiter, earlier);
+  if (waiter->outcome) co_return *waiter->outcome;
+  co_return fail(ErrorCode::unavailable, "host " + host + (in_process ? " (in-process, served by the leader)" : "'s agent") +
+                                             " did not answer through another replica" +
+                                             (query ? "" : "; the command stays queued and runs when it answers"));
+}
+
+void AgentHub::release_waiter(const std::string& id, const std::shared_ptr<Waiter>& waiter,
+                              const std::shared_ptr<Waiter>& earlier) {
+  // Fix (issue 26 hub tests): deliver_outcome wakes only the latest waiter of an id, so hand
+  // the outcome on to the earlier caller of the same id (and it to its own earlier one);
+  // otherwise that caller waited out connected_wait and failed though the command was done.
   if (waiter->outcome && earlier && !earlier->outcome) {
     earlier->outcome = waiter->outcome;
     earlier->wake.cancel();
@@ -470,10 +472,6 @@ asio::awaitable<Result<agent::CommandOutcome>> AgentHub::execute_relayed(agent::
     if (earlier && !earlier->outcome) it->second = earlier;
     else waiters_.erase(it);
   }
-  if (waiter->outcome) co_return *waiter->outcome;
-  co_return fail(ErrorCode::unavailable, "host " + host + (in_process ? " (in-process, served by the leader)" : "'s agent") +
-                                             " did not answer through another replica" +
-                                             (query ? "" : "; the command stays queued and runs when it answers"));
 }
 
 void AgentHub::serve_in_process(bool serve) {

@@ -117,6 +117,8 @@ class AgentHub : public agent::HostAgent {
   boost::asio::awaitable<std::vector<std::string>> own_instances(std::string host, std::vector<std::string> ids);
   boost::asio::awaitable<void> forward_samples(std::string host, agent::SampleReport report);
   boost::asio::awaitable<void> forward_changes(std::string host, agent::ChangeReport report);
+  // A caller is done waiting for `id`: an outcome goes on to an earlier caller of the same id.
+  void release_waiter(const std::string& id, const std::shared_ptr<Waiter>& waiter, const std::shared_ptr<Waiter>& earlier);
   // A command for a host another replica serves: journaled, then its outcome read back.
   boost::asio::awaitable<Result<agent::CommandOutcome>> execute_relayed(agent::Command command);
   // The host's journaled commands not yet sent on its current link.

@@ -36,6 +36,11 @@ Result<store::LeaseClaim> Leadership::claim_blocking(std::optional<std::int64_t>
     auto made = store::connect_postgres(pg_);
     if (!made) return fail(made.error());
     db_ = std::move(*made);
+    // A claim waits at most a second for a row another claim holds: the next poll tries again.
+    if (auto s = db_->exec_script("SET lock_timeout = '1s'"); !s) {
+      db_.reset();
+      return fail(s.error());
+    }
   }
   // Asked again at every claim (a session holds it once taken; asking again only counts it):
   // the answer is true exactly while this session holds it, even across a reconnect.
@@ -45,12 +50,15 @@ Result<store::LeaseClaim> Leadership::claim_blocking(std::optional<std::int64_t>
     return fail(locked.error());
   }
   const bool holds_lock = *locked && (*locked)->int64(0) == 1;
+  const std::int64_t term_us = std::chrono::duration_cast<std::chrono::microseconds>(options_.term).count();
+  // A renewal is one statement outside any transaction: a leader paused mid-renewal holds no
+  // row lock that would hold up the replica taking over.
+  if (held) return store::renew_lease(*db_, store::kBackgroundLease, holder_, *held, holds_lock, term_us);
   if (auto s = db_->exec_script(db_->begin_write()); !s) {
     db_.reset();
     return fail(s.error());
   }
-  auto claim = store::claim_lease(*db_, store::kBackgroundLease, holder_, held, holds_lock,
-                                  std::chrono::duration_cast<std::chrono::microseconds>(options_.term).count());
+  auto claim = store::take_lease(*db_, store::kBackgroundLease, holder_, holds_lock, term_us);
   if (!claim) {
     (void)db_->exec_script("ROLLBACK");
     return claim;

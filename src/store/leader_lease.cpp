@@ -3,12 +3,14 @@
 namespace gpucloud::store {
 namespace {
 
-// The database's clock in unix microseconds: replicas compare expiries on one clock.
+// The database's clock in unix microseconds, as SQL: replicas compare expiries on one clock.
+const char* database_now_sql(const Database& db) {
+  return db.dialect() == Dialect::postgres ? "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+                                           : "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+}
+
 Result<std::int64_t> database_now(Database& db) {
-  const char* sql = db.dialect() == Dialect::postgres
-                        ? "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
-                        : "SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
-  auto row = db.one(sql);
+  auto row = db.one(std::string("SELECT ") + database_now_sql(db));
   if (!row) return fail(row.error());
   if (!*row) return fail(ErrorCode::internal, "store: the database did not say what time it is");
   return (*row)->int64(0);
@@ -16,24 +18,26 @@ Result<std::int64_t> database_now(Database& db) {
 
 }  // namespace
 
-Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std::string& holder,
-                               std::optional<std::int64_t> held_epoch, bool holds_lock, std::int64_t term_us) {
+Result<LeaseClaim> renew_lease(Database& db, const std::string& name, const std::string& holder, std::int64_t epoch,
+                               bool holds_lock, std::int64_t term_us) {
+  if (auto s = db.run(std::string("UPDATE leader_lease SET expires_at = ") + database_now_sql(db) +
+                          " + ?, locked = ? WHERE name = ? AND holder = ? AND epoch = ?",
+                      {term_us, holds_lock, name, holder, epoch});
+      !s)
+    return fail(s.error());
+  if (db.changes() == 1) return LeaseClaim{LeaseClaim::Outcome::leading, epoch, holder};
+  // Another replica took it (this one was paused or cut off past its term): never taken back here.
+  auto row = db.one("SELECT holder, epoch FROM leader_lease WHERE name = ?", {name});
+  if (!row) return fail(row.error());
+  return LeaseClaim{LeaseClaim::Outcome::deposed, *row ? (*row)->int64(1) : 0, *row ? (*row)->text(0) : ""};
+}
+
+Result<LeaseClaim> take_lease(Database& db, const std::string& name, const std::string& holder, bool holds_lock,
+                              std::int64_t term_us) {
   auto now = database_now(db);
   if (!now) return fail(now.error());
   auto row = db.one("SELECT holder, epoch, locked, expires_at FROM leader_lease WHERE name = ?", {name});
   if (!row) return fail(row.error());
-  const std::int64_t expires = *now + term_us;
-  if (*row && held_epoch && (*row)->int64(1) == *held_epoch && (*row)->text(0) == holder) {
-    if (auto s = db.run("UPDATE leader_lease SET expires_at = ?, locked = ? WHERE name = ? AND epoch = ?",
-                        {expires, holds_lock, name, *held_epoch});
-        !s)
-      return fail(s.error());
-    return LeaseClaim{LeaseClaim::Outcome::leading, *held_epoch, holder};
-  }
-  if (held_epoch) {
-    // Another replica took it (this one was paused or cut off past its term): never take it back here.
-    return LeaseClaim{LeaseClaim::Outcome::deposed, *row ? (*row)->int64(1) : 0, *row ? (*row)->text(0) : ""};
-  }
   if (*row) {
     const bool expired = (*row)->int64(3) <= *now;
     const bool holder_gone = holds_lock && (*row)->int64(2) != 0;  // its session let the lock go
@@ -43,7 +47,7 @@ Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std:
   if (auto s = db.run("INSERT INTO leader_lease (name, holder, epoch, locked, expires_at) VALUES (?, ?, ?, ?, ?) "
                       "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, "
                       "locked = excluded.locked, expires_at = excluded.expires_at",
-                      {name, holder, epoch, holds_lock, expires});
+                      {name, holder, epoch, holds_lock, *now + term_us});
       !s)
     return fail(s.error());
   if (auto s = db.run("INSERT INTO leader_fence (name, epoch) VALUES (?, ?) "
@@ -52,6 +56,12 @@ Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std:
       !s)
     return fail(s.error());
   return LeaseClaim{LeaseClaim::Outcome::leading, epoch, holder};
+}
+
+Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std::string& holder,
+                               std::optional<std::int64_t> held_epoch, bool holds_lock, std::int64_t term_us) {
+  if (held_epoch) return renew_lease(db, name, holder, *held_epoch, holds_lock, term_us);
+  return take_lease(db, name, holder, holds_lock, term_us);
 }
 
 Status check_lease_fence(Database& db, const std::string& name, std::int64_t epoch) {

@@ -25,9 +25,17 @@ struct LeaseClaim {
   std::string holder;      // who leads now
 };
 
-// One claim in the caller's transaction: renews the lease when `held_epoch` is still current,
-// takes it when it may be taken, else says who holds it. `holds_lock`: this replica holds the
-// advisory lock now. `term_us`: how long the lease lasts from now.
+// A leader's renewal: one statement, so it holds no row lock across round trips (a leader
+// paused between two statements of a transaction would hold up the replica taking over).
+// Deposed when `epoch` is no longer the lease's. `holds_lock`: this replica holds the advisory
+// lock now. `term_us`: how long the lease lasts from now.
+Result<LeaseClaim> renew_lease(Database& db, const std::string& name, const std::string& holder, std::int64_t epoch,
+                               bool holds_lock, std::int64_t term_us);
+// A standby's claim, in the caller's transaction: takes the lease when it may be taken, else
+// says who holds it.
+Result<LeaseClaim> take_lease(Database& db, const std::string& name, const std::string& holder, bool holds_lock,
+                              std::int64_t term_us);
+// renew_lease with `held_epoch`, take_lease without.
 Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std::string& holder,
                                std::optional<std::int64_t> held_epoch, bool holds_lock, std::int64_t term_us);
 

@@ -498,28 +498,42 @@ void expect_each_second_charged_once(const testing::TestDaemon& d, const std::st
   EXPECT_EQ(account.at("settled_balance").as_int64(), credit - charged) << json::serialize(account);
 }
 
+// Two replicas' common ground: one database, one data directory, one config.
+struct ReplicaSite {
+  PostgresTestDatabase pg;
+  SharedDir shared;
+  testing::DaemonOptions options() const {
+    return {.config_toml = replica_config(pg), .data_dir = (shared.path / "data").string()};
+  }
+};
+
+// `a` starts first and leads (armed with `fault_point` when given), `b` stands by; `user` creates
+// a no-GPU instance `name` through `via` and it runs. Returns the user's session token.
+std::string lead_stand_by_and_run(testing::TestDaemon& a, testing::TestDaemon& b, testing::TestDaemon& via,
+                                  const std::string& fault_point, const std::string& user, const std::string& name) {
+  a.start(fault_point);
+  EXPECT_TRUE(log_has(a, R"("event":"leader_elected")")) << a.log();
+  b.start();
+  EXPECT_TRUE(log_has(b, R"("event":"leader_standby")")) << b.log();
+  const std::string token = via.register_and_login(user);
+  auto created = via.post("/api/v1/instances", json::object{{"name", name}, {"gpu_count", 0}}, token);
+  EXPECT_EQ(created.status, 202) << created.body;
+  b.wait_for_state(name, "running", token);
+  return token;
+}
+
 // kill -9 of the leader inside a settlement (its ledger entries written, its meters not): the
 // transaction dies with it, the standby takes the lease as soon as the leader's session (and
 // its advisory lock) is gone, and its own settlement charges those seconds, once.
 TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersSettlementMovesToTheOtherReplicaWithinFiveSeconds) {
   GPUCLOUD_NEED_POSTGRES();
   GPUCLOUD_NEED_ENGINE();
-  PostgresTestDatabase pg;
-  ASSERT_TRUE(pg.ok());
-  const SharedDir shared;
-  const std::string config = replica_config(pg);
-  const std::string data_dir = (shared.path / "data").string();
-  testing::TestDaemon a({.config_toml = config, .data_dir = data_dir});
-  a.start("billing.settle.after_ledger_insert");
-  ASSERT_TRUE(log_has(a, R"("event":"leader_elected")")) << a.log();
-  testing::TestDaemon b({.config_toml = config, .data_dir = data_dir});
-  b.start();
-  ASSERT_TRUE(log_has(b, R"("event":"leader_standby")")) << b.log();
-  // Created through the standby: every replica answers the API.
-  const std::string token = b.register_and_login("lead-kim");
-  auto created = b.post("/api/v1/instances", json::object{{"name", "lead-one"}, {"gpu_count", 0}}, token);
-  ASSERT_EQ(created.status, 202) << created.body;
-  b.wait_for_state("lead-one", "running", token);
+  const ReplicaSite site;
+  ASSERT_TRUE(site.pg.ok());
+  testing::TestDaemon a(site.options()), b(site.options());
+  // Created through the standby: every replica answers the API (its commands reach the leader).
+  const std::string token = lead_stand_by_and_run(a, b, b, "billing.settle.after_ledger_insert", "lead-kim", "lead-one");
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(a.killed_at("billing.settle.after_ledger_insert"));
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(testing::wait_until([&] { return has_charge(b, token); }, std::chrono::seconds(10),
@@ -544,23 +558,13 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersSettlementMovesToTheO
 TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_APausedLeadersLateSettlementIsRefusedByTheEpoch) {
   GPUCLOUD_NEED_POSTGRES();
   GPUCLOUD_NEED_ENGINE();
-  PostgresTestDatabase pg;
-  ASSERT_TRUE(pg.ok());
-  const SharedDir shared;
-  const std::string config = replica_config(pg);
-  const std::string data_dir = (shared.path / "data").string();
-  testing::DaemonOptions paused_options{.config_toml = config, .data_dir = data_dir};
+  const ReplicaSite site;
+  ASSERT_TRUE(site.pg.ok());
+  testing::DaemonOptions paused_options = site.options();
   paused_options.env["GPUCLOUD_PAUSE_POINT"] = "billing.settle.after_ledger_insert";
-  testing::TestDaemon a(paused_options);
-  a.start();
-  ASSERT_TRUE(log_has(a, R"("event":"leader_elected")")) << a.log();
-  testing::TestDaemon b({.config_toml = config, .data_dir = data_dir});
-  b.start();
-  ASSERT_TRUE(log_has(b, R"("event":"leader_standby")")) << b.log();
-  const std::string token = a.register_and_login("lead-lee");
-  auto created = a.post("/api/v1/instances", json::object{{"name", "lead-two"}, {"gpu_count", 0}}, token);
-  ASSERT_EQ(created.status, 202) << created.body;
-  b.wait_for_state("lead-two", "running", token);
+  testing::TestDaemon a(paused_options), b(site.options());
+  const std::string token = lead_stand_by_and_run(a, b, a, "", "lead-lee", "lead-two");
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(testing::wait_until([&] { return log_has(a, "pause point billing.settle.after_ledger_insert: stopping with SIGSTOP"); },
                                   std::chrono::seconds(30), "the leader to stop itself inside a settlement"));
   const auto paused = std::chrono::steady_clock::now();
