@@ -199,9 +199,10 @@ class Parser {
     }
     if (const toml::table* t = get_table(root, "", "server")) {
       check_keys(*t, "server",
-                 {"max_body_bytes", "read_timeout", "idle_timeout", "header_timeout", "max_connections",
+                 {"max_body_bytes", "proxy_max_body_bytes", "read_timeout", "idle_timeout", "header_timeout", "max_connections",
                   "worker_threads", "login_failures_allowed", "login_window", "metrics_require_auth", "console_dir"});
       get_int(*t, "server", "max_body_bytes", c.server.max_body_bytes);
+      get_int(*t, "server", "proxy_max_body_bytes", c.server.proxy_max_body_bytes);
       get_duration(*t, "server", "read_timeout", c.server.read_timeout);
       get_duration(*t, "server", "idle_timeout", c.server.idle_timeout);
       get_duration(*t, "server", "header_timeout", c.server.header_timeout);

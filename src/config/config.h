@@ -170,6 +170,10 @@ struct MetricsAccess {  // added section [metrics]
 
 struct Server {  // added section [server]
   std::int64_t max_body_bytes = 1 << 20;
+  // Bodies sent through an instance's web-service proxies (/jupyter/, /proxy/PORT/) by a
+  // caller with a valid token or session: Notebook uploads a file up to 25 MiB in one
+  // base64 PUT (about 34 MiB), larger ones in 8 MiB pieces.
+  std::int64_t proxy_max_body_bytes = 64 << 20;
   std::chrono::seconds read_timeout{30};
   std::chrono::seconds idle_timeout{120};
   std::chrono::seconds header_timeout{10};  // a request's headers must be complete within it

@@ -346,6 +346,7 @@ TEST(Config, DefaultsWhenKeysAbsent) {
   EXPECT_EQ(c.quotas.images, 10);
   EXPECT_EQ(c.policy.arrears_delete_disks_after_days, 30);
   EXPECT_EQ(c.server.max_body_bytes, 1 << 20);
+  EXPECT_EQ(c.server.proxy_max_body_bytes, 64 << 20);
   EXPECT_EQ(c.server.read_timeout, 30s);
   EXPECT_EQ(c.server.idle_timeout, 120s);
   EXPECT_EQ(c.server.header_timeout, 10s);
@@ -573,6 +574,8 @@ TEST(Config, BadValuesNameTheKeyAndWhy) {
               HasSubstr("policy.arrears_delete_disks_after_days: 10 must be >= arrears_release_instances_after_days (15)"));
   EXPECT_THAT(error_of("[server]\nworker_threads = 0\n"), HasSubstr("server.worker_threads: must be between 1 and 1024"));
   EXPECT_THAT(error_of("[server]\nmax_body_bytes = 10\n"), HasSubstr("server.max_body_bytes: must be >= 1024"));
+  EXPECT_THAT(error_of("[server]\nmax_body_bytes = 4096\nproxy_max_body_bytes = 2048\n"),
+              HasSubstr("server.proxy_max_body_bytes: must be >= server.max_body_bytes (4096)"));
   EXPECT_THAT(error_of("[server]\nmax_connections = 0\n"), HasSubstr("server.max_connections"));
   EXPECT_THAT(error_of("[server]\nheader_timeout = \"0s\"\n"), HasSubstr("server.header_timeout"));
   EXPECT_THAT(error_of(with_base("[[offers]]\ngpu_model = \"A100\"\ncpu_per_gpu = 8\nmemory_gib_per_gpu = 32\nprice_per_gpu_week = -5\n")),

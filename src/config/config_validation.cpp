@@ -396,6 +396,10 @@ void check_sections(const Config& c, Checker& k) {
   if (c.server.max_body_bytes < 1024) {
     k.error("server.max_body_bytes", "must be >= 1024, not " + std::to_string(c.server.max_body_bytes));
   }
+  if (c.server.proxy_max_body_bytes < c.server.max_body_bytes) {
+    k.error("server.proxy_max_body_bytes", "must be >= server.max_body_bytes (" + std::to_string(c.server.max_body_bytes) +
+                                               "), not " + std::to_string(c.server.proxy_max_body_bytes));
+  }
   k.positive("server.read_timeout", c.server.read_timeout);
   k.positive("server.idle_timeout", c.server.idle_timeout);
   k.positive("server.header_timeout", c.server.header_timeout);

@@ -250,6 +250,14 @@ asio::awaitable<Result<auth::Principal>> App::authenticate_token(std::string tok
   co_return found->first;
 }
 
+asio::awaitable<bool> App::admits_proxy_body(const Request& header_only) {
+  std::map<std::string, std::string> params;
+  RouteMatch match = router_.match(header_only.method, header_only.path, params);
+  if (!match.route || !match.route->prefix) co_return false;
+  auto principal = co_await authenticate_token(request_credential(header_only).token);
+  co_return principal.has_value();
+}
+
 asio::awaitable<bool> AccessWatch::still_valid() {
   auto now = std::chrono::steady_clock::now();
   if (app_.auth_generation() == generation_ && now - checked_at_ < std::chrono::seconds(30)) co_return true;

@@ -95,6 +95,10 @@ class App {
   std::uint64_t auth_generation() const { return auth_cache_.generation(); }
   // The principal for a bearer token (cached on the loop), or unauthorized.
   boost::asio::awaitable<Result<auth::Principal>> authenticate_token(std::string token);
+  // Whether a request whose header alone has come may send a body up to [server]
+  // proxy_max_body_bytes: one for an instance's web-service proxy by a caller whose token or
+  // session is valid (who may see that instance is judged later, as for any request).
+  boost::asio::awaitable<bool> admits_proxy_body(const Request& header_only);
   // The token a request authenticates with: its bearer token, else its session cookie's
   // (server/browser_session.h); "" when it has none.
   static std::string bearer_token(const Request& request);

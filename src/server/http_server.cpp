@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -94,6 +95,13 @@ void add_headers(Message& out, const std::vector<std::pair<std::string, std::str
   }
 }
 
+// A target that may name an instance's web-service proxy (/api/v1/instances/ID/jupyter/...
+// or .../proxy/PORT/...): the router decides; this only spares every other request the look.
+bool may_be_proxy_target(std::string_view target) {
+  return target.starts_with("/api/v1/instances/") &&
+         (target.find("/jupyter") != std::string_view::npos || target.find("/proxy/") != std::string_view::npos);
+}
+
 http::response<http::string_body> to_beast(Response&& r, unsigned version, bool keep_alive) {
   http::response<http::string_body> out{static_cast<http::status>(r.status), version};
   out.set(http::field::server, "gpucloudd");
@@ -122,7 +130,10 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
   while (!stopping_) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
-    parser.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
+    // The larger limit while the header comes; the request's own is set once it is known.
+    const auto body_limit = static_cast<std::uint64_t>(limits_.max_body_bytes);
+    const auto proxy_body_limit = static_cast<std::uint64_t>(limits_.proxy_max_body_bytes);
+    parser.body_limit(std::max(body_limit, proxy_body_limit));
     // A connection's first request must bring its header within header_timeout of the
     // accept; between keep-alive requests the idle timeout runs until the next first byte,
     // then header_timeout for the rest of that header, so a client that trickles a header
@@ -149,6 +160,23 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     if (header_ec && !too_large) break;  // closed, timeout, garbage, or shutdown
     connection.busy = true;
     ++in_flight_;
+    std::uint64_t limit = body_limit;
+    if (!too_large && !parser.is_done()) {
+      // Only an authenticated caller of an instance's web-service proxy may send more than
+      // max_body_bytes (a Notebook upload): nobody else makes the server hold that much.
+      if (proxy_body_limit > body_limit && may_be_proxy_target(parser.get().target())) {
+        Status header_valid = ok();
+        Request header_only = to_request(parser.get(), client, header_valid);
+        bool admitted = false;
+        if (header_valid) admitted = co_await app_.admits_proxy_body(header_only);
+        if (admitted) limit = proxy_body_limit;
+      }
+      auto length = parser.content_length();
+      if (length && *length > limit) too_large = true;
+      else parser.body_limit(limit);  // before any body octet: a chunked body counts against it
+    } else if (too_large) {
+      limit = may_be_proxy_target(parser.get().target()) ? std::max(body_limit, proxy_body_limit) : body_limit;
+    }
     stream.expires_after(limits_.read_timeout);
     if (!too_large && !parser.is_done()) {
       auto [body_ec, body_bytes] = co_await http::async_read(stream, buffer, parser, use_tuple);
@@ -164,7 +192,7 @@ asio::awaitable<void> HttpServer::serve(tcp::socket socket) {
     if (too_large) {
       unread_body = true;
       response = problem_response(Error{ErrorCode::payload_too_large,
-                                        "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes",
+                                        "request body exceeds " + std::to_string(limit) + " bytes",
                                         {}, 0});
     } else {
       keep_alive = parser.get().keep_alive();

@@ -320,6 +320,48 @@ TEST(AuthLogTest, LogOfAWholeRunHoldsNoSecret) {
   EXPECT_EQ(log.find("admin-password-1"), std::string::npos);
 }
 
+// Bodies through an instance's web-service proxy may reach [server] proxy_max_body_bytes (a
+// Notebook upload), and only for a caller whose token is valid; every other request keeps
+// max_body_bytes. A proxied request to an instance that does not exist is 404 once its body
+// is read: the size was admitted.
+TEST(ProxyBodyLimitTest, LargerBodiesOnlyThroughTheProxiesAndOnlyForAnAuthenticatedCaller) {
+  DaemonOptions options;
+  options.config_toml = "[server]\nmax_body_bytes = 1048576\nproxy_max_body_bytes = 3145728\n";
+  TestDaemon daemon(options);
+  daemon.start();
+  const std::string token = daemon.register_and_login("uploader");
+  const std::string two_mib(2 << 20, 'a');
+  const std::string four_mib(4 << 20, 'a');
+  const std::string proxied = "/api/v1/instances/i-nothere/proxy/8000/upload";
+  const std::map<std::string, std::string> octets{{"content-type", "application/octet-stream"}};
+
+  auto admitted = daemon.request("PUT", proxied, two_mib, token, octets);
+  EXPECT_EQ(admitted.status, 404) << admitted.body;
+  auto jupyter = daemon.request("PUT", "/api/v1/instances/i-nothere/jupyter/api/contents/x.bin", two_mib, token, octets);
+  EXPECT_EQ(jupyter.status, 404) << jupyter.body;
+  auto past_proxy_limit = daemon.request("PUT", proxied, four_mib, token, octets);
+  EXPECT_EQ(past_proxy_limit.status, 413) << past_proxy_limit.body;
+  EXPECT_NE(past_proxy_limit.body.find("3145728"), std::string::npos) << past_proxy_limit.body;
+  auto anonymous = daemon.request("PUT", proxied, two_mib, "", octets);
+  EXPECT_EQ(anonymous.status, 413) << "no large body before authentication: " << anonymous.body;
+  auto forged = daemon.request("PUT", proxied, two_mib, "gct_not-a-token", octets);
+  EXPECT_EQ(forged.status, 413) << forged.body;
+  auto api = daemon.request("POST", "/api/v1/ssh-keys", two_mib, token, {{"content-type", "application/json"}});
+  EXPECT_EQ(api.status, 413) << "the API keeps max_body_bytes: " << api.body;
+  EXPECT_NE(api.body.find("1048576"), std::string::npos) << api.body;
+
+  // A chunked body counts against the same limits.
+  const std::string file = daemon.dir() + "/two-mib.bin";
+  std::ofstream(file, std::ios::binary) << two_mib;
+  auto chunked = [&](const std::string& path) {
+    return shell("curl -s -o /dev/null -w '%{http_code}' -X PUT -H 'Transfer-Encoding: chunked' -H 'Content-Type: "
+                 "application/octet-stream' -H 'Authorization: Bearer " + token + "' --data-binary @" + file + " " +
+                 daemon.endpoint() + path);
+  };
+  EXPECT_EQ(chunked(proxied), "404");
+  EXPECT_EQ(chunked("/api/v1/ssh-keys"), "413");
+}
+
 TEST(AuthBootstrapTest, AdminPasswordIsWrittenWhenNotGiven) {
   DaemonOptions options;
   options.admin_password = "";

@@ -118,6 +118,9 @@ TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwner
                 " def do_GET(s):\n"
                 "  s.send_response(200); s.send_header(\"Set-Cookie\", \"a=1; Path=/\"); s.send_header(\"Set-Cookie\", \"b=2; Path=/\")\n"
                 "  s.send_header(\"Set-Cookie\", \"gpucloud_session=planted; Path=/\"); s.send_header(\"Content-Length\", \"2\"); s.end_headers(); s.wfile.write(b\"ok\")\n"
+                " def do_PUT(s):\n"
+                "  n = len(s.rfile.read(int(s.headers[\"Content-Length\"]))); b = (\"got %d\" % n).encode()\n"
+                "  s.send_response(200); s.send_header(\"Content-Length\", str(len(b))); s.end_headers(); s.wfile.write(b)\n"
                 "h.HTTPServer((\"\", 8002), H).serve_forever()'");
   std::string raw;
   ASSERT_TRUE(wait_until(
@@ -131,6 +134,12 @@ TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwner
   EXPECT_NE(raw.find("Set-Cookie: a=1; Path=/"), std::string::npos) << raw;
   EXPECT_NE(raw.find("Set-Cookie: b=2; Path=/"), std::string::npos) << raw;
   EXPECT_EQ(raw.find("planted"), std::string::npos) << raw;
+  // An upload past max_body_bytes (1 MiB) reaches the service whole ([server]
+  // proxy_max_body_bytes, as a Notebook upload of a file up to 25 MiB needs).
+  auto upload = daemon.request("PUT", "/api/v1/instances/web/proxy/8002/up", std::string(5 << 20, 'u'), alice,
+                               {{"content-type", "application/octet-stream"}});
+  EXPECT_EQ(upload.status, 200) << upload.body.substr(0, 300);
+  EXPECT_EQ(upload.body, "got " + std::to_string(5 << 20));
 
   // A bigger file than the whole-answer limit streams through.
   exec_detached(container_of(daemon, running), "head -c 6000000 /dev/zero | tr '\\0' 'x' > /srv/site/big.txt");
