@@ -23,6 +23,7 @@
 #include "auth/credentials.h"
 #include "core/ids.h"
 #include "server/browser_session.h"
+#include "store/replicas.h"
 #include "store/meta.h"
 #include "events/events.h"
 #include "instances/images.h"
@@ -99,7 +100,14 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   });
   hosts_ = std::make_unique<HostRegistry>(loop_, config_, *store_, *clock_, std::move(agent),
                                           std::chrono::duration_cast<std::chrono::milliseconds>(config_.agents.unreachable_after));
-  if (lease_options_) hosts_->follow_leadership([this] { return leading(); });
+  if (lease_options_) {
+    // Named after where it runs, unique per process: the lease row says who leads.
+    char host[256] = {};
+    (void)::gethostname(host, sizeof host - 1);
+    replica_holder_ = std::string(host) + "/" + std::to_string(::getpid()) + "/" + new_id("r").substr(2, 6);
+    hosts_->follow_leadership([this] { return leading(); });
+    hosts_->set_replica(*replica_holder_);
+  }
   if (auto s = co_await hosts_->start(); !s) co_return s;
   auto seed = [this](store::Database& db) { return instances::seed_public_images(db, config_, system_now()); };
   if (auto s = co_await store_->write(std::move(seed)); !s) co_return s;
@@ -128,12 +136,7 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   });
   bool leads = true;
   if (lease_options_) {
-    // Named after where it runs, unique per process: the lease row says who leads.
-    char host[256] = {};
-    (void)::gethostname(host, sizeof host - 1);
-    leadership_ = std::make_unique<Leadership>(loop_, *lease_options_,
-                                               std::string(host) + "/" + std::to_string(::getpid()) + "/" + new_id("r").substr(2, 6),
-                                               Leadership::Options{});
+    leadership_ = std::make_unique<Leadership>(loop_, *lease_options_, *replica_holder_, Leadership::Options{});
     leads = co_await leadership_->try_lead();
     if (leads) {
       co_await become_leader(*leadership_->epoch());
@@ -248,6 +251,30 @@ asio::awaitable<Result<auth::Principal>> App::authenticate_token(std::string tok
   if (!found) co_return tl::unexpected(found.error());
   auth_cache_.insert(hash, found->first, found->second, generation, std::chrono::steady_clock::now());
   co_return found->first;
+}
+
+void App::announce_replica(std::string api_url) {
+  if (!replica_holder_) return;
+  spdlog::info(R"({{"event":"replica_announced","holder":"{}","api_url":"{}"}})", *replica_holder_, api_url);
+  auto record = [holder = *replica_holder_, api_url](store::Database& db) {
+    return store::record_replica(db, holder, api_url, system_now());
+  };
+  asio::co_spawn(
+      loop_,
+      [](store::Store& store, decltype(record) r) -> asio::awaitable<void> {
+        if (auto s = co_await store.write(std::move(r)); !s)
+          spdlog::warn(R"({{"event":"replica_not_announced","detail":{}}})",
+                       boost::json::serialize(boost::json::value(boost::json::string(s.error().detail))));
+      }(*store_, std::move(record)),
+      asio::detached);
+}
+
+asio::awaitable<std::optional<std::string>> App::other_replica_serving(std::string host) {
+  if (!replica_holder_) co_return std::nullopt;
+  auto read = [host](store::Database& db) { return store::replica_serving_host(db, host); };
+  auto found = co_await store_->read(std::move(read));
+  if (!found || !*found || (*found)->holder == *replica_holder_) co_return std::nullopt;
+  co_return (*found)->api_url;
 }
 
 asio::awaitable<bool> App::admits_proxy_body(const Request& header_only) {

@@ -137,6 +137,12 @@ class App {
   // Replicas on PostgreSQL (issue 27): background work runs only while this replica holds the
   // lease, claimed on a connection of its own with these options. Call before start_agent.
   void use_leader_lease(store::PgConnectOptions options) { lease_options_ = std::move(options); }
+  // Replicas: records where this replica's API answers (after it is bound), so that the others
+  // can hand it the web terminals of the hosts it serves. Nothing without a lease.
+  void announce_replica(std::string api_url);
+  // The API of the other replica serving `host` now (the leader for in-process hosts, the link's
+  // holder for remote ones); nullopt without replicas, when none is known, or when it is this one.
+  boost::asio::awaitable<std::optional<std::string>> other_replica_serving(std::string host);
   // Awaited on the loop when this replica becomes the leader, before its background work
   // starts (main: the in-process agent starts and the hub serves its hosts).
   void on_elected(std::function<boost::asio::awaitable<void>()> step) { on_elected_ = std::move(step); }
@@ -191,6 +197,7 @@ class App {
   boost::asio::awaitable<void> exit_deposed();
   std::optional<store::PgConnectOptions> lease_options_;
   std::unique_ptr<Leadership> leadership_;
+  std::optional<std::string> replica_holder_;  // with a lease: this process's name in it
   std::function<boost::asio::awaitable<void>()> on_elected_;
   std::unique_ptr<HostRegistry> hosts_;
   std::unique_ptr<disks::DiskService> disks_;

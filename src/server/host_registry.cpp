@@ -51,11 +51,12 @@ HostRegistry::~HostRegistry() {
 Status HostRegistry::record_registration(store::Database& db, const config::Config& config,
                                          const agent::HostInventory& inventory, const std::string& agent_kind,
                                          const std::string& agent_version, const std::optional<std::string>& address,
-                                         SysTime now) {
+                                         SysTime now, const std::optional<std::string>& replica) {
   auto registered = market::register_host(db, inventory, config, system_now());
   if (!registered) return tl::unexpected(registered.error());
   const market::HostRecord* host = &registered->host;
-  if (auto s = market::record_agent_connected(db, inventory.name, agent_kind, agent_version, address, system_now()); !s)
+  if (auto s = market::record_agent_connected(db, inventory.name, agent_kind, agent_version, address, system_now(), replica);
+      !s)
     return s;
   std::string message = "host " + inventory.name + " registered in " + inventory.zone + ": " +
                         std::to_string(inventory.gpus.size()) + (inventory.simulated ? " simulated" : "") + " GPUs, " +
@@ -140,7 +141,7 @@ asio::awaitable<Status> HostRegistry::register_remote(agent::LateRegistration r)
   auto record = [this, r, now = clock_.now()](store::Database& db) -> Status {
     if (std::any_of(config_.hosts.begin(), config_.hosts.end(), [&](const config::Host& h) { return h.name == r.inventory.name; }))
       return fail(ErrorCode::conflict, "host " + r.inventory.name + " is an in-process host of this control plane");
-    return record_registration(db, config_, r.inventory, market::kAgentRemote, r.agent_version, r.address, now);
+    return record_registration(db, config_, r.inventory, market::kAgentRemote, r.agent_version, r.address, now, replica_);
   };
   if (auto s = co_await store_.write(std::move(record)); !s) co_return s;
   if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");
@@ -158,7 +159,9 @@ asio::awaitable<Status> HostRegistry::register_remote(agent::LateRegistration r)
 
 void HostRegistry::on_link_change(const std::string& host, bool connected) {
   if (connected) return;  // the registration recorded it
-  auto write = [host](store::Database& db) { return market::record_agent_disconnected(db, host, system_now()); };
+  auto write = [host, replica = replica_](store::Database& db) {
+    return market::record_agent_disconnected(db, host, system_now(), replica);
+  };
   asio::co_spawn(
       loop_,
       [](store::Store& store, decltype(write) w, std::string host) -> asio::awaitable<void> {

@@ -33,6 +33,9 @@ class HostRegistry {
   // answering; a standby writes the heartbeats of the links it holds. `leading` is asked at
   // every check. The leader also reads the heartbeats other replicas wrote.
   void follow_leadership(std::function<bool()> leading) { leading_ = std::move(leading); }
+  // This replica's lease holder name: recorded with each remote link it holds
+  // (hosts.agent_replica), so other replicas know where that host is served.
+  void set_replica(std::string holder) { replica_ = std::move(holder); }
   // This replica just became the leader: every remote host gets the reconnect grace first (its
   // agent may be redialling another replica), as after a restart.
   void begin_leading();
@@ -46,7 +49,7 @@ class HostRegistry {
   static Status record_registration(store::Database& db, const config::Config& config,
                                     const agent::HostInventory& inventory, const std::string& agent_kind,
                                     const std::string& agent_version, const std::optional<std::string>& address,
-                                    SysTime now);
+                                    SysTime now, const std::optional<std::string>& replica = std::nullopt);
   void schedule_check_soon();
   // Records a beat's GPU health when it differs from the host's last report: GPUs lost or
   // back, with their events (instances' owners, the operator), in one transaction.
@@ -58,6 +61,7 @@ class HostRegistry {
   // Heartbeats other replicas recorded for remote hosts (their links are held there).
   boost::asio::awaitable<void> merge_stored_heartbeats();
   std::function<bool()> leading_;  // empty: a single control plane, always deciding
+  std::optional<std::string> replica_;
 
   boost::asio::any_io_executor loop_;
   const config::Config& config_;

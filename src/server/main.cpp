@@ -25,6 +25,7 @@
 #include "server/app.h"
 #include "server/http_server.h"
 #include "store/meta.h"
+#include "server/replica_terminal.h"
 #include "store/pg_listener.h"
 #include "store/store_copy.h"
 
@@ -328,6 +329,7 @@ int main(int argc, char** argv) {
   http.start();
   // Tests and scripts read the bound address from this line (port 0 picks a free port).
   std::printf("gpucloudd listening on %s:%u\n", bound->address().to_string().c_str(), bound->port());
+  app.announce_replica(server::replica_api_url(bound->address().to_string(), bound->port()));
   std::fflush(stdout);
   spdlog::info(R"({{"event":"started","listen":"{}:{}","test_clock":{}}})", bound->address().to_string(),
                bound->port(), flags.test_clock);

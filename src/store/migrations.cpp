@@ -647,6 +647,14 @@ CREATE TABLE leader_lease (
 CREATE TABLE leader_fence (name TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 ALTER TABLE agent_commands ADD COLUMN result TEXT;
 )sql"},
+    // Replicas on PostgreSQL (issue 27): where each replica's API answers, so that one that
+    // does not serve a host (an in-process host served by the leader, a remote host whose
+    // agent dialled another replica) can hand a web terminal to the one that does; and which
+    // replica holds each remote host's agent link.
+    {29, R"sql(
+CREATE TABLE replicas (holder TEXT PRIMARY KEY, api_url TEXT NOT NULL, seen_at INTEGER NOT NULL);
+ALTER TABLE hosts ADD COLUMN agent_replica TEXT;
+)sql"},
 };
 
 }  // namespace

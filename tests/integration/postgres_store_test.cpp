@@ -27,6 +27,7 @@
 #include "support/test_daemon.h"
 #include "support/test_resources.h"
 #include "support/wait.h"
+#include "support/web_terminal_client.h"
 
 namespace gpucloud {
 namespace {
@@ -543,9 +544,19 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersSettlementMovesToTheO
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(failover).count()));
   EXPECT_TRUE(log_has(b, R"("event":"leader_elected")")) << b.log();
   EXPECT_LE(failover, std::chrono::seconds(5));
-  // The killed replica comes back as a standby, and stops the instance through the API.
+  // The killed replica comes back as a standby. Its web terminal of the instance (an
+  // in-process host's, served by the leader) is handed to the leader: any replica answers.
   a.start();
   EXPECT_TRUE(log_has(a, R"("event":"leader_standby")")) << a.log();
+  {
+    testing::WebTerminalClient terminal;
+    terminal.connect(a.port(), "/api/v1/instances/lead-one/terminal", token);
+    terminal.send("echo relay-$((6*7))\n");
+    EXPECT_TRUE(terminal.wait_for("relay-42")) << terminal.seen << "\n" << a.log();
+    EXPECT_TRUE(log_has(a, R"("event":"terminal_relayed")")) << a.log();
+    EXPECT_TRUE(log_has(b, R"("event":"terminal_opened")")) << "the leader ran the shell";
+  }
+  // And it stops the instance through the API.
   ASSERT_EQ(a.post("/api/v1/instances/lead-one/stop", json::object{}, token).status, 202);
   a.wait_for_state("lead-one", "stopped", token);
   expect_each_second_charged_once(b, token, "lead-one", 1'000'000);

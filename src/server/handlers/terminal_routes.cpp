@@ -8,6 +8,7 @@
 
 #include "instances/instance_record.h"
 #include "server/app.h"
+#include "server/replica_terminal.h"
 #include "server/terminal_control.h"
 
 namespace gpucloud::server {
@@ -88,8 +89,17 @@ asio::awaitable<void> watch_access(App* app, AccessWatch access, agent::Terminal
 }
 
 asio::awaitable<void> terminal_session(App* app, std::string host, std::string instance_id, WebSocketChannel* channel,
-                                       std::string token, auth::Principal principal) {
+                                       std::string token, auth::Principal principal, bool relayed) {
   auto terminal = co_await app->hosts().agent().open_terminal(host, instance_id, 24, 80);
+  if (!terminal && terminal.error().code == ErrorCode::unavailable && !relayed) {
+    // Replicas: another one serves this host (the leader, or the holder of its agent's link).
+    auto other = co_await app->other_replica_serving(host);
+    if (other) {
+      auto executor = co_await asio::this_coro::executor;
+      terminal = co_await open_replica_terminal(executor, *other, instance_id, token);
+      if (terminal) spdlog::info(R"({{"event":"terminal_relayed","instance":"{}","to":"{}"}})", instance_id, *other);
+    }
+  }
   if (!terminal) {
     (void)co_await channel->write("gpucloud: " + terminal.error().detail + "\r\n", true);
     co_await channel->close();
@@ -118,9 +128,11 @@ asio::awaitable<Result<Response>> open(RequestContext& ctx) {
     co_return fail(ErrorCode::invalid_argument, "this endpoint speaks WebSocket: send an Upgrade request");
   Response r{101, "", "", {}, {}, {}};
   App* app = &ctx.app;
+  // A terminal another replica handed here is served here or not at all (never handed on).
+  const bool relayed = !ctx.request.header(kReplicaRelayHeader).empty();
   r.websocket = [app, host = instance->host_name.value_or(""), id = instance->id, token = App::bearer_token(ctx.request),
-                 principal = ctx.caller()](WebSocketChannel& channel) {
-    return terminal_session(app, host, id, &channel, token, principal);
+                 principal = ctx.caller(), relayed](WebSocketChannel& channel) {
+    return terminal_session(app, host, id, &channel, token, principal, relayed);
   };
   co_return r;
 }
