@@ -655,6 +655,14 @@ ALTER TABLE agent_commands ADD COLUMN result TEXT;
 CREATE TABLE replicas (holder TEXT PRIMARY KEY, api_url TEXT NOT NULL, seen_at INTEGER NOT NULL);
 ALTER TABLE hosts ADD COLUMN agent_replica TEXT;
 )sql"},
+    // Settlement on PostgreSQL (issue 27): every pass rewrites each open meter's settled
+    // columns (none of them indexed). With half of each page left free, PostgreSQL writes the
+    // new row version on the same page (a HOT update) instead of a new page plus an entry in
+    // each of the table's four indexes; the accounts' balances likewise. SQLite rewrites in place.
+    {30, "", R"sql(
+ALTER TABLE meters SET (fillfactor = 50);
+ALTER TABLE billing_accounts SET (fillfactor = 70);
+)sql"},
 };
 
 }  // namespace
@@ -696,9 +704,13 @@ Result<int> apply_migrations(Database& db, std::span<const Migration> migrations
     if (m.version <= reached) continue;
     if (m.version != reached + 1)
       return rollback_with(Error{ErrorCode::internal, "migration " + std::to_string(m.version) + " out of order", {}, 0});
-    if (auto s = db.exec_script(m.sql); !s)
+    if (auto s = m.sql.empty() ? ok() : db.exec_script(m.sql); !s)
       return rollback_with(Error{ErrorCode::internal,
                                  "migration " + std::to_string(m.version) + " failed: " + s.error().detail, {}, 0});
+    if (postgres && !m.postgres_only.empty())
+      if (auto s = db.exec_script(m.postgres_only); !s)
+        return rollback_with(Error{ErrorCode::internal,
+                                   "migration " + std::to_string(m.version) + " failed: " + s.error().detail, {}, 0});
     if (auto s = db.run("INSERT INTO schema_version (version) VALUES (?)", {m.version}); !s)
       return rollback_with(s.error());
     reached = m.version;

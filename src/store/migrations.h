@@ -11,6 +11,7 @@ namespace gpucloud::store {
 struct Migration {
   int version;
   std::string_view sql;
+  std::string_view postgres_only = {};  // run after `sql` on PostgreSQL only (storage settings)
 };
 
 // The product's schema, oldest first. Append only: never edit a released migration.

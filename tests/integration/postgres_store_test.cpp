@@ -67,6 +67,11 @@ TEST(PostgresStoreTest, POSTGRES_MigrationsReachTheLatestVersionOnceEvenWithTwoS
       "AND data_type IN ('integer', 'smallint', 'real')");
   ASSERT_TRUE(narrow);
   for (const auto& row : *narrow) ADD_FAILURE() << row.text(0) << "." << row.text(1) << " is narrower than 64 bits";
+  // PostgreSQL's own storage settings (migration 30): room on each page for a settlement's
+  // rewrite of every open meter (HOT updates).
+  auto options = (*db)->one("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'meters'");
+  ASSERT_TRUE(options && *options);
+  EXPECT_EQ((*options)->text(0), "fillfactor=50");
 }
 
 // What a statement answers on SQLite it answers on PostgreSQL.
