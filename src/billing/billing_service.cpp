@@ -48,6 +48,12 @@ asio::awaitable<void> BillingService::start() {
   else if (*fixed > 0)
     spdlog::info(R"({{"event":"billing_meters_reconciled","changed":{}}})", *fixed);
   arm_settlement();
+  co_await plan_watched();
+  co_await dispatch_outbox();  // alerts queued before a restart
+}
+
+asio::awaitable<void> BillingService::plan_watched() {
+  if (stopped_ || !background_) co_return;
   // Every account that accrues or is in arrears gets its timer (they are not persisted: the
   // store says what is due, so a restart plans them again).
   auto watched = [](store::Database& db) -> Result<std::vector<std::string>> {
@@ -69,7 +75,6 @@ asio::awaitable<void> BillingService::start() {
   }
   for (auto& id : *ids) to_plan_.insert(std::move(id));
   co_await plan_pending();
-  co_await dispatch_outbox();  // alerts queued before a restart
 }
 
 void BillingService::accounts_changed(std::vector<std::string> ids) {

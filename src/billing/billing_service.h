@@ -47,6 +47,9 @@ class BillingService {
   void defer_background() { background_ = false; }
   // From the store's writer thread: re-plan these accounts on the loop.
   void accounts_changed(std::vector<std::string> account_ids);
+  // Plans every account that accrues, is in arrears or has a subscription (start, and a
+  // leader that may have missed other replicas' notes).
+  boost::asio::awaitable<void> plan_watched();
   // Re-plans one account now (awaited by handlers so a test clock advanced right after sees it).
   boost::asio::awaitable<void> plan(std::string account_id);
   // Returns once no account is waiting to be planned (bounded by `limit`): the test clock

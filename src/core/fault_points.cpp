@@ -54,6 +54,8 @@ constexpr std::string_view kKnown[] = {
     "agent.disk.detach.before_unmount",     // the container stopped, the host mount not removed yet
     // billing (billing/meters.cpp): inside a settlement, its ledger entries written, the meters not yet
     "billing.settle.after_ledger_insert",
+    // arrears (policy/account_enforcement.cpp): an instance's stop at zero written, not committed
+    "policy.arrears.after_stop",
 };
 
 const char* armed_name() {

@@ -36,6 +36,11 @@ void MonitoringService::stop() {
 
 asio::awaitable<void> MonitoringService::start() {
   background_ = true;
+  co_await arm_earliest();
+}
+
+asio::awaitable<void> MonitoringService::arm_earliest() {
+  if (stopped_ || !background_) co_return;
   auto earliest = co_await store_.read([](store::Database& db) { return instances::earliest_schedule(db); });
   if (!earliest) {
     spdlog::error("monitoring: cannot read the cost-control schedule: {}", earliest.error().detail);

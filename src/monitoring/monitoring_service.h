@@ -49,6 +49,9 @@ class MonitoringService {
   void ingest(agent::SampleReport report);
   // From the store's writer thread: a deadline at `at` was written.
   void schedule_noted(SysTime at);
+  // Arms the timer at the store's earliest cost-control deadline (start, and a leader that
+  // may have missed other replicas' notes).
+  boost::asio::awaitable<void> arm_earliest();
 
   const LatestReadings& latest() const { return latest_; }
   // The newest reading of an instance if it is fresh (within three sampling intervals).

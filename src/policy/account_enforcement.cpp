@@ -6,6 +6,7 @@
 #include "billing/ledger.h"
 #include "billing/meters.h"
 #include "billing/subscriptions.h"
+#include "core/fault_points.h"
 #include "disks/disk_actions.h"
 #include "events/events.h"
 #include "instances/actions.h"
@@ -178,6 +179,7 @@ Result<billing::ArrearsOutcome> enforce_account(store::Database& db, const confi
       if (i.billing_mode != "hourly") continue;
       auto stopped = instances::stop_instance(db, on_behalf_of(user), i.id, now, "arrears");
       if (!stopped) return fail(stopped.error());
+      fault_point("policy.arrears.after_stop");  // the stop written, not committed
       out.instances_to_kick.push_back(i.id);
     }
   }

@@ -1,5 +1,7 @@
 #include "server/app.h"
 
+#include "store/background_notes.h"
+
 #include "auth/shared_login_failures.h"
 
 #include "policy/account_enforcement.h"
@@ -137,6 +139,8 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   bool leads = true;
   if (lease_options_) {
     leadership_ = std::make_unique<Leadership>(loop_, *lease_options_, *replica_holder_, Leadership::Options{});
+    // Until it leads, this replica's commits tell the leader what it must plan.
+    store_->forward_background_notes(true);
     leads = co_await leadership_->try_lead();
     if (leads) {
       co_await become_leader(*leadership_->epoch());
@@ -159,6 +163,23 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
   co_return ok();
 }
 
+void App::background_note_heard(const std::string& channel, const std::string& payload) {
+  if (!leading() || shutting_down_) return;
+  if (channel == store::kBillingChannel) {
+    if (auto* billing = billing_for_commits_.load()) billing->accounts_changed(store::billing_note_accounts(payload));
+  } else if (channel == store::kSchedulesChannel) {
+    auto at = store::schedule_note_time(payload);
+    auto* monitoring = monitoring_for_commits_.load();
+    if (at && monitoring) monitoring->schedule_noted(*at);
+  }
+}
+
+void App::background_notes_missed() {
+  if (!leading() || shutting_down_ || !billing_ || !monitoring_) return;
+  asio::co_spawn(loop_, billing_->plan_watched(), asio::detached);
+  asio::co_spawn(loop_, monitoring_->arm_earliest(), asio::detached);
+}
+
 asio::awaitable<void> App::exit_deposed() {
   // Like a Kubernetes controller that lost its lease: the writes already queued end first
   // (each refused by the fence), then the process stops, and its supervisor starts it again
@@ -173,6 +194,7 @@ asio::awaitable<void> App::exit_deposed() {
 asio::awaitable<void> App::become_leader(std::int64_t epoch) {
   // From now on every commit of this process checks that the lease is still this epoch.
   store_->set_commit_fence(leadership_->fence(epoch));
+  store_->forward_background_notes(false);  // its own commits plan in-process from now on
   if (on_elected_) co_await on_elected_();
 }
 

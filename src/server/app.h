@@ -116,6 +116,11 @@ class App {
   // they unpark only while the set is still alive.
   std::weak_ptr<Waiters> event_waiters_handle() { return event_waiters_; }
   void wake_event_streams();
+  // Another replica's commit changed billing accounts or a cost-control deadline
+  // (store/background_notes.h): the leader plans them (loop only; nothing on a standby).
+  void background_note_heard(const std::string& channel, const std::string& payload);
+  // The notes' connection was lost and opened again: the leader plans everything watched.
+  void background_notes_missed();
   void begin_shutdown() { shutting_down_ = true; }
   bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }

@@ -138,23 +138,20 @@ asio::awaitable<void> Leadership::loop(std::function<void(std::int64_t)> elected
 }
 
 store::Store::CommitFence Leadership::fence(std::int64_t epoch) {
-  // Runs on the store's writer thread: a refusal is reported on the loop.
-  return [this, epoch, live = std::weak_ptr<bool>(alive_)](store::Database& db) -> Status {
-    auto checked = store::check_lease_fence(db, store::kBackgroundLease, epoch);
-    if (!checked && checked.error().code == ErrorCode::conflict) {
-      spdlog::warn(R"({{"event":"leader_write_refused","epoch":{},"detail":{}}})", epoch,
-                   boost::json::serialize(boost::json::value(boost::json::string(checked.error().detail))));
-      asio::post(loop_, [this, live, why = checked.error().detail] {
-        auto alive = live.lock();
-        if (!alive || !*alive || deposed_called_ || !deposed_) return;
-        deposed_called_ = true;
-        stopped_ = true;
-        timer_.cancel();
-        deposed_(why);
-      });
-    }
-    return checked;
-  };
+  // `refused` runs on the store's writer thread: the deposition is reported on the loop.
+  return {store::lease_fence_sql(store::kBackgroundLease, epoch),
+          [this, epoch, live = std::weak_ptr<bool>(alive_)](const Error& refusal) {
+            spdlog::warn(R"({{"event":"leader_write_refused","epoch":{},"detail":{}}})", epoch,
+                         boost::json::serialize(boost::json::value(boost::json::string(refusal.detail))));
+            asio::post(loop_, [this, live, why = refusal.detail] {
+              auto alive = live.lock();
+              if (!alive || !*alive || deposed_called_ || !deposed_) return;
+              deposed_called_ = true;
+              stopped_ = true;
+              timer_.cancel();
+              deposed_(why);
+            });
+          }};
 }
 
 }  // namespace gpucloud::server

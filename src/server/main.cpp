@@ -26,6 +26,7 @@
 #include "server/http_server.h"
 #include "store/meta.h"
 #include "server/replica_terminal.h"
+#include "store/background_notes.h"
 #include "store/pg_listener.h"
 #include "store/store_copy.h"
 
@@ -280,15 +281,18 @@ int main(int argc, char** argv) {
     });
     listener = std::make_unique<store::PgListener>(
         io.get_executor(), *lease_connection,
-        std::vector<std::string>{store::kEventsChannel, store::kAgentCommandsChannel, store::kAgentOutcomesChannel},
+        std::vector<std::string>{store::kEventsChannel, store::kAgentCommandsChannel, store::kAgentOutcomesChannel,
+                                 store::kBillingChannel, store::kSchedulesChannel},
         [&app, hub](const std::string& channel, const std::string& payload) {
           if (channel == store::kEventsChannel) app.wake_event_streams();
           else if (channel == store::kAgentCommandsChannel) hub->commands_queued(payload);
           else if (channel == store::kAgentOutcomesChannel) hub->outcome_recorded(payload);
+          else app.background_note_heard(channel, payload);
         },
         [&app, hub] {
           app.wake_event_streams();
           hub->catch_up();
+          app.background_notes_missed();
         });
     listener->start();
   }

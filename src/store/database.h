@@ -108,12 +108,14 @@ class Database {
   // so the billing service re-projects when each reaches zero (read after the commit).
   void note_billing_change(const std::string& account_id) { billing_changes_.push_back(account_id); }
   std::vector<std::string> take_billing_changes() { return std::exchange(billing_changes_, {}); }
+  const std::vector<std::string>& billing_changes() const { return billing_changes_; }
   // An instance's cost-control deadline was written (instances/schedules.h): the earliest
   // one of the transaction reaches Store::on_schedule_commit after the commit.
   void note_schedule(SysTime at) {
     if (!schedule_noted_ || at < *schedule_noted_) schedule_noted_ = at;
   }
   std::optional<SysTime> take_schedule_noted() { return std::exchange(schedule_noted_, std::nullopt); }
+  std::optional<SysTime> schedule_noted() const { return schedule_noted_; }
 
  protected:
   explicit Database(std::string path) : path_(std::move(path)) {}

@@ -76,4 +76,9 @@ Status check_lease_fence(Database& db, const std::string& name, std::int64_t epo
   return ok();
 }
 
+std::string lease_fence_sql(const std::string& name, std::int64_t epoch) {
+  // Lease names are the program's own constants (kBackgroundLease): no quote to escape.
+  return "SELECT gpucloud_lease_fence('" + name + "', " + std::to_string(epoch) + ")";
+}
+
 }  // namespace gpucloud::store

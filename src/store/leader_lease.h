@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/result.h"
 #include "store/database.h"
@@ -44,5 +45,14 @@ Result<LeaseClaim> claim_lease(Database& db, const std::string& name, const std:
 // hands committed after this transaction began fails it as a serialization failure (it is run
 // again, and then refused), and one in progress waits for it.
 Status check_lease_fence(Database& db, const std::string& name, std::int64_t epoch);
+// The same check as one PostgreSQL statement (gpucloud_lease_fence, migration 31), for the
+// script that commits a leader's transaction (Store::CommitFence): it fails with SQLSTATE
+// kLeaseFenceRefused, which the store answers as ErrorCode::conflict with its message.
+std::string lease_fence_sql(const std::string& name, std::int64_t epoch);
+inline constexpr std::string_view kLeaseFenceRefused = "GCF01";
+// Whether a failed write was refused by the fence (either form's message).
+inline bool is_lease_fence_refusal(const Error& e) {
+  return e.code == ErrorCode::conflict && e.detail.starts_with("this replica no longer leads the background work");
+}
 
 }  // namespace gpucloud::store

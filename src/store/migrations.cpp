@@ -663,6 +663,23 @@ ALTER TABLE hosts ADD COLUMN agent_replica TEXT;
 ALTER TABLE meters SET (fillfactor = 50);
 ALTER TABLE billing_accounts SET (fillfactor = 70);
 )sql"},
+    // The leader's commit fence as one statement (PostgreSQL only, replicas): sent with the
+    // COMMIT in one round trip instead of a SELECT before it. SQLSTATE GCF01 names a refusal.
+    {31, "", R"sql(
+CREATE OR REPLACE FUNCTION gpucloud_lease_fence(lease TEXT, expected BIGINT) RETURNS VOID
+LANGUAGE plpgsql AS $fence$
+DECLARE
+  current_epoch BIGINT;
+BEGIN
+  SELECT epoch INTO current_epoch FROM leader_fence WHERE name = lease FOR SHARE;
+  IF current_epoch IS DISTINCT FROM expected THEN
+    RAISE EXCEPTION USING ERRCODE = 'GCF01', MESSAGE = format(
+      'this replica no longer leads the background work (its lease epoch %s, now %s)', expected,
+      coalesce(current_epoch, 0));
+  END IF;
+END
+$fence$;
+)sql"},
 };
 
 }  // namespace

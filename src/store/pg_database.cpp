@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "store/leader_lease.h"
 #include "store/sql_dialect.h"
 
 namespace gpucloud::store {
@@ -82,7 +83,7 @@ class PgDatabase final : public Database {
     reconnect_if_lost();
     ResultPtr result(PQexec(conn_, to_postgres(sql).c_str()));
     if (auto s = check(result.get(), "store"); !s) return s;
-    if (sql == "COMMIT") unique_retries_ = 0;
+    if (sql.ends_with("COMMIT")) unique_retries_ = 0;
     return ok();
   }
   Status run(std::string_view sql, std::initializer_list<Arg> args) override {
@@ -155,6 +156,10 @@ class PgDatabase final : public Database {
       else unique_retries_ = 0;
     }
     if (code.substr(0, 2) == "08" || PQstatus(conn_) == CONNECTION_BAD) ec = ErrorCode::unavailable;
+    if (code == kLeaseFenceRefused) {  // gpucloud_lease_fence (migration 31): the message is the answer
+      const char* primary = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+      return Error{ErrorCode::conflict, primary ? primary : "the lease moved on", {}, 0};
+    }
     std::string message = result ? PQresultErrorMessage(result) : PQerrorMessage(conn_);
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
     return Error{ec, std::string(what) + ": " + message, {}, 0};

@@ -27,9 +27,13 @@ std::string literal(std::string_view text) {
 }
 }  // namespace
 
+std::string notify_sql(std::string_view channel, std::string_view payload) {
+  return "NOTIFY " + std::string(channel) + ", " + literal(payload);
+}
+
 Status notify_replicas(Database& db, std::string_view channel, std::string_view payload) {
   if (db.dialect() != Dialect::postgres) return ok();
-  return db.exec_script("NOTIFY " + std::string(channel) + ", " + literal(payload));
+  return db.exec_script(notify_sql(channel, payload));
 }
 
 PgListener::PgListener(asio::any_io_executor loop, PgConnectOptions options, std::vector<std::string> channels,

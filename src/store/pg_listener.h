@@ -30,6 +30,8 @@ inline constexpr const char* kAgentOutcomesChannel = "gpucloud_agent_outcomes";
 // Inside a write transaction: the other replicas hear `payload` on `channel` when it commits
 // (PostgreSQL delivers it then, once per distinct payload). Nothing on SQLite (one process).
 Status notify_replicas(Database& db, std::string_view channel, std::string_view payload);
+// The statement itself, for a script that ends a transaction.
+std::string notify_sql(std::string_view channel, std::string_view payload);
 
 class PgListener {
  public:

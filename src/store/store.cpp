@@ -7,6 +7,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include "store/background_notes.h"
+#include "store/leader_lease.h"
 #include "store/migrations.h"
 
 namespace gpucloud::store {
@@ -28,6 +30,23 @@ void Store::pause_before_retry(int attempt) {
   thread_local std::minstd_rand random{std::random_device{}()};
   const int ceiling_us = 200 * std::min(attempt + 1, 25);  // up to 5 ms
   std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, ceiling_us)(random)));
+}
+
+Status Store::commit_write() {
+  std::string script;
+  if (dialect_ == Dialect::postgres) {
+    if (commit_fence_) script += commit_fence_->sql + ";\n";
+    if (forward_background_notes_) script += background_notes_sql(*writer_);
+    // Other replicas' event streams hear of it at the commit (pg_listener.h).
+    if (writer_->event_pending()) script += "NOTIFY gpucloud_events;\n";
+  }
+  script += "COMMIT";
+  auto committed = writer_->exec_script(script);
+  if (committed) return ok();
+  if (commit_fence_ && commit_fence_->refused && is_lease_fence_refusal(committed.error()))
+    commit_fence_->refused(committed.error());
+  abandon_write();
+  return committed;
 }
 
 void Store::request_checkpoint() {

@@ -79,15 +79,23 @@ class Store {
   // Called on the writer thread after each commit that wrote an instance's cost-control
   // deadline (the earliest of them).
   void on_schedule_commit(std::function<void(SysTime)> callback) { on_schedule_commit_ = std::move(callback); }
-  // The leader's commit fence (issue 27): run in every write transaction just before its
-  // COMMIT, on the writer thread; an error rolls the transaction back and is the write's
-  // answer (a serialization failure re-runs the whole transaction, fence included). Set when
-  // this replica becomes the leader of background work; empty (no check) on SQLite.
-  using CommitFence = std::function<Status(Database&)>;
+  // The leader's commit fence (issue 27, PostgreSQL): a statement sent with every write
+  // transaction's COMMIT, in the same round trip, that fails the transaction when this
+  // replica's lease epoch is no longer the current one (a serialization failure re-runs the
+  // whole transaction, fence included). `refused` hears of a refusal on the writer thread.
+  // Set when this replica becomes the leader of background work.
+  struct CommitFence {
+    std::string sql;
+    std::function<void(const Error&)> refused;
+  };
   void set_commit_fence(CommitFence fence) {
     std::lock_guard lock(writer_mutex_);
     commit_fence_ = std::move(fence);
   }
+  // A standby replica (issue 27): its commits that change billing accounts or cost-control
+  // deadlines tell the leader through NOTIFY (pg_listener.h), since only the leader plans
+  // them. Off on the leader, whose own commits plan them in-process.
+  void forward_background_notes(bool on) { forward_background_notes_ = on; }
 
  private:
   using Connect = std::function<Result<std::unique_ptr<Database>>()>;
@@ -135,23 +143,7 @@ class Store {
       abandon_write();
       return result;
     }
-    if (commit_fence_) {
-      if (auto s = commit_fence_(*writer_); !s) {
-        abandon_write();
-        return R(tl::unexpected(s.error()));
-      }
-    }
-    // Other replicas' event streams hear of it at the commit (pg_listener.h).
-    if (dialect_ == Dialect::postgres && writer_->event_pending()) {
-      if (auto s = writer_->exec_script("NOTIFY gpucloud_events"); !s) {
-        abandon_write();
-        return R(tl::unexpected(s.error()));
-      }
-    }
-    if (auto s = writer_->exec_script("COMMIT"); !s) {
-      abandon_write();
-      return R(tl::unexpected(s.error()));
-    }
+    if (auto s = commit_write(); !s) return R(tl::unexpected(s.error()));
     if (writer_->wal_pages() >= kCheckpointPages) request_checkpoint();
     if (writer_->take_event_written() && on_event_commit_) on_event_commit_();
     if (auto changed = writer_->take_billing_changes(); !changed.empty() && on_billing_commit_)
@@ -159,6 +151,10 @@ class Store {
     if (auto at = writer_->take_schedule_noted(); at && on_schedule_commit_) on_schedule_commit_(*at);
     return result;
   }
+  // The end of a write transaction that succeeded: the fence, the notes for the other
+  // replicas and the COMMIT, as one script (one round trip on PostgreSQL); rolled back whole
+  // when any of it fails.
+  Status commit_write();
   void abandon_write() {
     (void)writer_->exec_script("ROLLBACK");
     (void)writer_->take_event_written();
@@ -190,7 +186,8 @@ class Store {
   std::function<void()> on_event_commit_;
   std::function<void(std::vector<std::string>)> on_billing_commit_;
   std::function<void(SysTime)> on_schedule_commit_;
-  CommitFence commit_fence_;
+  std::optional<CommitFence> commit_fence_;
+  std::atomic<bool> forward_background_notes_{false};
   std::unique_ptr<Database> writer_;
   Dialect dialect_;
   Connect connect_reader_;

@@ -19,6 +19,7 @@
 #include "billing/resource_meters.h"
 #include "core/time_format.h"
 #include "core/unique_temp_dir.h"
+#include "store/leader_lease.h"
 #include "store/migrations.h"
 #include "store/store.h"
 #include "support/billing_config.h"
@@ -197,6 +198,58 @@ TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
   EXPECT_EQ((*n)->text(0), std::to_string(2 * kEach));
   // The race happened: some transactions ran more than once.
   EXPECT_GT(attempts.load(), 2 * kEach) << "no transaction was retried: the two replicas never raced";
+}
+
+// The leader's commit fence travels with the COMMIT (one round trip): while the lease is its
+// own the write commits; once another replica took the lease, the same script is refused as
+// a conflict naming both epochs, the store hears of it once, and nothing of it is written.
+TEST(PostgresStoreTest, POSTGRES_ALeadersCommitIsRefusedOnceAnotherReplicaTookTheLease) {
+  GPUCLOUD_NEED_POSTGRES();
+  PostgresTestDatabase pg;
+  auto leader = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(leader) << leader.error().detail;
+  auto other = Store::open_postgres(pg.options(), 1);
+  ASSERT_TRUE(other) << other.error().detail;
+  // Taken with a term already over, so that the other may take it at once.
+  auto mine = (*leader)->write_now([](Database& db) { return store::take_lease(db, store::kBackgroundLease, "a", false, -1); });
+  ASSERT_TRUE(mine) << mine.error().detail;
+  ASSERT_EQ(mine->outcome, store::LeaseClaim::Outcome::leading);
+  std::atomic<int> refusals{0};
+  std::string refused_detail;
+  (*leader)->set_commit_fence({store::lease_fence_sql(store::kBackgroundLease, mine->epoch), [&](const Error& e) {
+                                 ++refusals;
+                                 refused_detail = e.detail;
+                               }});
+  auto put = [&](const std::string& key) {
+    return (*leader)->write_now([&](Database& db) -> Status {
+      db.note_event_written();  // a NOTIFY in the same script as the fence and the COMMIT
+      return db.run("INSERT INTO meta (key, value) VALUES (?, 'x')", {key});
+    });
+  };
+  ASSERT_TRUE(put("while-leading"));
+  EXPECT_EQ(refusals, 0);
+  auto theirs = (*other)->write_now([](Database& db) { return store::take_lease(db, store::kBackgroundLease, "b", false, 3'000'000); });
+  ASSERT_TRUE(theirs) << theirs.error().detail;
+  ASSERT_EQ(theirs->outcome, store::LeaseClaim::Outcome::leading);
+  ASSERT_EQ(theirs->epoch, mine->epoch + 1);
+  auto late = put("after-the-lease-moved");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ErrorCode::conflict);
+  EXPECT_NE(late.error().detail.find("its lease epoch " + std::to_string(mine->epoch) + ", now " +
+                                     std::to_string(theirs->epoch)),
+            std::string::npos)
+      << late.error().detail;
+  EXPECT_EQ(refusals, 1);
+  EXPECT_EQ(refused_detail, late.error().detail);
+  auto rows = (*other)->read_now([](Database& db) {
+    return db.all("SELECT key FROM meta WHERE key IN ('while-leading', 'after-the-lease-moved')");
+  });
+  ASSERT_TRUE(rows);
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].text(0), "while-leading");
+  // The connection is usable afterwards (the failed script was rolled back whole).
+  (*leader)->set_commit_fence({store::lease_fence_sql(store::kBackgroundLease, theirs->epoch), {}});
+  EXPECT_TRUE(put("fenced-at-the-current-epoch"));
 }
 
 // Two replicas settling the same open meters at the same moments (today each runs its own
@@ -497,11 +550,18 @@ void expect_each_second_charged_once(const testing::TestDaemon& d, const std::st
   std::int64_t sum = 0, charges = 0;
   for (const auto& e : ledger.at("items").as_array()) {
     sum += e.at("amount").as_int64();
-    if (e.at("amount").as_int64() < 0) charges -= e.at("amount").as_int64();
+    if (e.at("kind") == "charge") charges -= e.at("amount").as_int64();
   }
   EXPECT_EQ(charges, charged) << json::serialize(ledger);
   EXPECT_EQ(sum, account.at("settled_balance").as_int64()) << json::serialize(account);
   EXPECT_EQ(account.at("settled_balance").as_int64(), credit - charged) << json::serialize(account);
+}
+
+std::string replace_once(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
 }
 
 // Two replicas' common ground: one database, one data directory, one config.
@@ -600,6 +660,47 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_APausedLeadersLateSettlementIsRefus
   ASSERT_EQ(b.post("/api/v1/instances/lead-two/stop", json::object{}, token).status, 202);
   b.wait_for_state("lead-two", "stopped", token);
   expect_each_second_charged_once(b, token, "lead-two", 1'000'000);
+}
+
+// kill -9 of the leader inside an arrears stop (the stop written, not committed). The balance
+// is taken down through the standby, whose commit tells the leader to re-project the account
+// (without that note the leader would learn of it at its next settlement, up to an hour in
+// production). The other replica takes the lease, finds the account past zero and stops the
+// instance itself; every second is charged once and the ledger adds up.
+TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersArrearsStopIsMadeByTheOtherReplica) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  const ReplicaSite site;
+  ASSERT_TRUE(site.pg.ok());
+  // Settling once a minute: the leader learns of the adjustment from the standby's note, not
+  // from a settlement.
+  testing::DaemonOptions options = site.options();
+  options.config_toml = replace_once(options.config_toml, "settle_interval = \"1s\"", "settle_interval = \"60s\"");
+  testing::TestDaemon a(options), b(options);
+  const std::string token = lead_stand_by_and_run(a, b, b, "policy.arrears.after_stop", "lead-ann", "lead-three");
+  ASSERT_FALSE(HasFailure());
+  // Down to about three seconds of running, through the standby.
+  const std::int64_t balance = b.get("/api/v1/billing/account", token).json().at("balance").as_int64();
+  const std::int64_t adjustment = -(balance - 3);
+  auto adjusted = b.request("POST", "/api/v1/admin/users/lead-ann/credit",
+                            json::serialize(json::object{{"amount", adjustment}, {"note", "down to zero"}}),
+                            b.admin_token());
+  ASSERT_EQ(adjusted.status, 201) << adjusted.body;
+  ASSERT_TRUE(a.killed_at("policy.arrears.after_stop", std::chrono::seconds(20))) << a.log();
+  const auto killed = std::chrono::steady_clock::now();
+  auto stopped = b.wait_for_state("lead-three", "stopped", token, std::chrono::seconds(15));
+  const auto took = std::chrono::steady_clock::now() - killed;
+  std::printf("failover: kill -9 inside an arrears stop -> stopped by the other replica in %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_EQ(stopped.at("state_reason"), "arrears") << json::serialize(stopped);
+  EXPECT_LE(took, std::chrono::seconds(10));
+  EXPECT_TRUE(log_has(b, R"("event":"leader_elected")")) << b.log();
+  auto account = b.get("/api/v1/billing/account", token).json();
+  EXPECT_EQ(account.at("state"), "arrears") << json::serialize(account);
+  // Stopped at the zero give or take the failover: a few seconds past it at most.
+  EXPECT_LE(account.at("settled_balance").as_int64(), 0) << json::serialize(account);
+  EXPECT_GE(account.at("settled_balance").as_int64(), -15) << json::serialize(account);
+  expect_each_second_charged_once(b, token, "lead-three", 1'000'000 + adjustment);
 }
 
 // gpucloudd migrate-store: an installation with users, instances, a disk, a weekly subscription
