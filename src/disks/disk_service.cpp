@@ -302,6 +302,7 @@ asio::awaitable<Status> DiskService::prepare_instance(std::string instance_id) {
 
 void DiskService::start_background(std::chrono::seconds period) {
   period_ = period;
+  background_ = true;
   asio::co_spawn(loop_, reconcile(), asio::detached);
 }
 
@@ -471,7 +472,7 @@ asio::awaitable<Status> DiskService::retention_due() {
 }
 
 asio::awaitable<void> DiskService::schedule_retention() {
-  if (stopped_) co_return;
+  if (stopped_ || !background_) co_return;
   const int keep_days = config_.policy.recycle_days;
   // The next moment something in the bin is due: a warning or a purge.
   auto next_due = [keep_days](store::Database& db) -> Result<std::optional<SysTime>> {

@@ -49,6 +49,9 @@ class DiskService {
   boost::asio::awaitable<void> reconcile();
   void start_background(std::chrono::seconds period = std::chrono::seconds(5));
   void stop_background();
+  // A standby replica (issue 27): the recycle bin's timer is the leader's, whose reconcile
+  // sets it within a period; until start_background() this one sets none.
+  void defer_background() { background_ = false; }
   bool busy() const { return !disk_queue_.empty() || !snapshot_queue_.empty() || reconciling_; }
 
  private:
@@ -75,6 +78,7 @@ class DiskService {
   std::set<std::string> disk_queue_, disk_dirty_, snapshot_queue_, snapshot_dirty_;
   bool reconciling_ = false;
   bool stopped_ = false;
+  bool background_ = true;
   std::chrono::seconds period_{5};
   boost::asio::steady_timer reconcile_timer_;
   std::optional<PlatformClock::TimerId> retention_timer_;

@@ -25,6 +25,8 @@ void ImageService::stop() {
 }
 
 asio::awaitable<void> ImageService::start() {
+  background_ = true;
+  to_leader_ = nullptr;
   auto load = [](store::Database& db) -> Result<std::pair<std::vector<std::string>, std::vector<Image>>> {
     auto rows = db.all("SELECT id FROM images WHERE visibility = 'private' AND state = 'creating'");
     if (!rows) return fail(rows.error());
@@ -118,6 +120,10 @@ asio::awaitable<void> ImageService::run_save(std::string image_id) {
 
 void ImageService::arm(const Image& deleted) {
   if (!deleted.deleted_at || deleted.purged_at) return;
+  if (!background_) {
+    if (to_leader_) to_leader_(deleted.id);
+    return;
+  }
   const SysTime at = *deleted.deleted_at;
   const int days = config_.policy.recycle_days;
   std::string id = deleted.id;
@@ -125,6 +131,19 @@ void ImageService::arm(const Image& deleted) {
     clock_.schedule_at(purge_warning_due(at, days), "image.purge_warning " + id,
                        [this, id, at]() { return warn_timer(id, at); });
   clock_.schedule_at(purge_due(at, days), "image.purge " + id, [this, id, at]() { return purge_timer(id, at); });
+}
+
+asio::awaitable<void> ImageService::arm_deleted(std::string image_id) {
+  if (stopped_ || !background_) co_return;
+  auto load = [](store::Database& db) { return deleted_custom_images(db); };
+  auto deleted = co_await store_.read(std::move(load));
+  if (!deleted) {
+    spdlog::warn("images: {}", deleted.error().detail);
+    co_return;
+  }
+  // Timers armed twice for one deletion are harmless: each purge is a compare-and-set on it.
+  for (const auto& image : *deleted)
+    if (image_id.empty() || image.id == image_id) arm(image);
 }
 
 asio::awaitable<void> ImageService::warn_timer(std::string image_id, SysTime deleted_at) {

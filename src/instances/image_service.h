@@ -6,6 +6,7 @@
 // them), and removes the engine copy of a purged image once no live instance uses it
 // (checked after each purge and every 30 s). Every timer's work is a compare-and-set on
 // the deletion it was armed for, so a restore (or a second delete) makes old timers no-ops.
+#include <functional>
 #include <set>
 #include <string>
 
@@ -33,8 +34,18 @@ class ImageService {
   void stop();
   // After a save request committed: the agent commits the instance's system disk.
   void save(const std::string& image_id);
-  // After a delete committed: the recycle bin's timers for this deletion.
+  // After a delete committed: the recycle bin's timers for this deletion. On a standby
+  // replica (defer_background) the deletion is handed to the leader instead.
   void arm(const Image& deleted);
+  // A standby replica (issue 27): the bin's timers are the leader's; `to_leader` tells it of
+  // a deletion (by image id). start() ends this.
+  void defer_background(std::function<void(std::string image_id)> to_leader) {
+    background_ = false;
+    to_leader_ = std::move(to_leader);
+  }
+  // The leader: arms the timers of the deleted image `image_id` (a standby's deletion), or of
+  // every deleted image when `image_id` is empty (notes may have been missed).
+  boost::asio::awaitable<void> arm_deleted(std::string image_id);
   bool busy() const { return !saving_.empty(); }
 
  private:
@@ -53,6 +64,8 @@ class ImageService {
   std::set<std::string> saving_;
   bool sweeping_ = false;
   bool stopped_ = false;
+  bool background_ = true;
+  std::function<void(std::string)> to_leader_;
   boost::asio::steady_timer sweep_timer_;
 };
 

@@ -1,6 +1,7 @@
 #include "server/app.h"
 
 #include "store/background_notes.h"
+#include "store/pg_listener.h"
 
 #include "auth/shared_login_failures.h"
 
@@ -147,6 +148,10 @@ asio::awaitable<Status> App::start_agent(std::unique_ptr<agent::HostAgent> agent
     } else {
       billing_->defer_background();
       monitoring_->defer_background();
+      disks_->defer_background();
+      images_->defer_background([this](std::string image_id) {
+        asio::co_spawn(loop_, tell_leader(store::kImageBinChannel, std::move(image_id)), asio::detached);
+      });
     }
   }
   if (leads) co_await start_background();
@@ -171,13 +176,23 @@ void App::background_note_heard(const std::string& channel, const std::string& p
     auto at = store::schedule_note_time(payload);
     auto* monitoring = monitoring_for_commits_.load();
     if (at && monitoring) monitoring->schedule_noted(*at);
+  } else if (channel == store::kImageBinChannel && images_ && !payload.empty()) {
+    asio::co_spawn(loop_, images_->arm_deleted(payload), asio::detached);
   }
+}
+
+asio::awaitable<void> App::tell_leader(std::string channel, std::string payload) {
+  auto notify = [channel, payload](store::Database& db) { return store::notify_replicas(db, channel, payload); };
+  if (auto s = co_await store_->write(std::move(notify)); !s)
+    spdlog::warn(R"({{"event":"leader_note_failed","channel":"{}","detail":{}}})", channel,
+                 boost::json::serialize(boost::json::value(boost::json::string(s.error().detail))));
 }
 
 void App::background_notes_missed() {
   if (!leading() || shutting_down_ || !billing_ || !monitoring_) return;
   asio::co_spawn(loop_, billing_->plan_watched(), asio::detached);
   asio::co_spawn(loop_, monitoring_->arm_earliest(), asio::detached);
+  if (images_) asio::co_spawn(loop_, images_->arm_deleted(""), asio::detached);
 }
 
 asio::awaitable<void> App::exit_deposed() {

@@ -121,6 +121,8 @@ class App {
   void background_note_heard(const std::string& channel, const std::string& payload);
   // The notes' connection was lost and opened again: the leader plans everything watched.
   void background_notes_missed();
+  // A standby's note to the leader outside any transaction of its own (an image deletion).
+  boost::asio::awaitable<void> tell_leader(std::string channel, std::string payload);
   void begin_shutdown() { shutting_down_ = true; }
   bool shutting_down() const { return shutting_down_; }
   HostRegistry& hosts() { return *hosts_; }

@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
     listener = std::make_unique<store::PgListener>(
         io.get_executor(), *lease_connection,
         std::vector<std::string>{store::kEventsChannel, store::kAgentCommandsChannel, store::kAgentOutcomesChannel,
-                                 store::kBillingChannel, store::kSchedulesChannel},
+                                 store::kBillingChannel, store::kSchedulesChannel, store::kImageBinChannel},
         [&app, hub](const std::string& channel, const std::string& payload) {
           if (channel == store::kEventsChannel) app.wake_event_streams();
           else if (channel == store::kAgentCommandsChannel) hub->commands_queued(payload);

@@ -18,6 +18,8 @@ namespace gpucloud::store {
 
 inline constexpr const char* kBillingChannel = "gpucloud_billing";
 inline constexpr const char* kSchedulesChannel = "gpucloud_schedules";
+// A custom image deleted through a standby (its id): the leader arms its recycle-bin timers.
+inline constexpr const char* kImageBinChannel = "gpucloud_image_bin";
 
 // For the script that ends the write transaction (Store::commit_write): one NOTIFY per ~7,000
 // bytes of account ids, and one for the deadline, each ending in ";\n". Empty when the

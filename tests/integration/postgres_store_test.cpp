@@ -703,6 +703,56 @@ TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AKilledLeadersArrearsStopIsMadeByTh
   expect_each_second_charged_once(b, token, "lead-three", 1'000'000 + adjustment);
 }
 
+// The recycle bin's timers are the leader's: a custom image deleted through the standby is
+// handed to the leader (NOTIFY gpucloud_image_bin), whose clock alone is moved past the bin's
+// day; the leader purges it. (Before, the standby armed the timers on its own clock and the
+// leader never did, until it restarted.)
+TEST(PostgresStoreTest, DOCKER_POSTGRES_SLOW_AnImageDeletedThroughTheStandbyIsPurgedByTheLeader) {
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED_ENGINE();
+  const ReplicaSite site;
+  ASSERT_TRUE(site.pg.ok());
+  testing::DaemonOptions options = site.options();
+  options.test_clock = true;
+  // Settling hourly: a day moved on the test clock is 24 passes, not 86,400.
+  options.config_toml = replace_once(options.config_toml, "settle_interval = \"1s\"", "settle_interval = \"1h\"");
+  testing::TestDaemon a(options), b(options);
+  const std::string token = lead_stand_by_and_run(a, b, b, "", "lead-ivy", "lead-four");
+  ASSERT_FALSE(HasFailure());
+  auto saved = b.post("/api/v1/instances/lead-four/images", json::object{{"name", "kept"}}, token);
+  ASSERT_EQ(saved.status, 202) << saved.body;
+  const std::string id(saved.json().at("id").as_string());
+  auto state_of = [&] {
+    auto r = b.get("/api/v1/images/" + id, token);
+    return r.status == 200 ? std::string(r.json().at("state").as_string()) : std::to_string(r.status);
+  };
+  const auto save_began = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::wait_until([&] { return state_of() != "creating"; }, std::chrono::minutes(3),
+                                  "the image to be saved", std::chrono::milliseconds(250)));
+  ASSERT_EQ(state_of(), "available") << b.log();
+  std::printf("image saved through the standby in %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - save_began)
+                                         .count()));
+  ASSERT_EQ(b.request("DELETE", "/api/v1/images/" + id, "", token).status, 200);
+  auto purged = [&] {
+    auto r = b.get("/api/v1/events?resource=" + id, token);
+    return r.status == 200 && r.body.find("\"image.purged\"") != std::string::npos;
+  };
+  // The bin keeps an image a day (recycle_days = 1): the leader's clock alone moves past it.
+  auto advanced = a.post("/api/v1/admin/clock", json::object{{"advance_seconds", 86400 + 60}}, a.admin_token());
+  ASSERT_EQ(advanced.status, 200) << advanced.body;
+  EXPECT_TRUE(testing::wait_until(purged, std::chrono::seconds(15), "the leader to purge the image"))
+      << "leader:\n" << a.log() << "\nstandby:\n" << b.log();
+  EXPECT_EQ(b.get("/api/v1/images/" + id, token).status, 404);
+  const auto stop_began = std::chrono::steady_clock::now();
+  ASSERT_EQ(b.post("/api/v1/instances/lead-four/stop", json::object{}, token).status, 202);
+  b.wait_for_state("lead-four", "stopped", token);
+  std::printf("stopped in %lld ms\n", static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                   std::chrono::steady_clock::now() - stop_began)
+                                                                   .count()));
+}
+
 // gpucloudd migrate-store: an installation with users, instances, a disk, a weekly subscription
 // renewed all year and a year of hourly charges moves to PostgreSQL; a gpucloudd started on the
 // copy shows every user the same balance, ledger, instances and disks; a second copy into the
