@@ -8,22 +8,6 @@
 
 namespace gpucloud::testing {
 
-bool capability_required(std::string_view capability) {
-  const char* env = std::getenv("GPUCLOUD_REQUIRE");
-  if (!env) return false;
-  std::string_view list(env);
-  while (!list.empty()) {
-    auto comma = list.find(',');
-    auto item = list.substr(0, comma);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item == capability || item == "all") return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
 bool have_root() { return ::geteuid() == 0; }
 
 bool have_docker() { return docker_available(); }
