@@ -770,8 +770,10 @@ TEST_P(NftablesFirewallTest, ROOT_DockerUserRuleIsRestoredByApply) {
   // The control, whatever other gpucloud rules DOCKER-USER holds (each accepts any marked
   // connection): ours, put back at the top, is the one that accepts the client. Under the host
   // lock no other rule is inserted above it meanwhile; its packet count must grow. Another
-  // test's daemon may insert its rule at the top between our apply and our taking the lock:
-  // then apply again (apply takes the same lock, so never while we hold it).
+  // test's daemon may insert its rule at the top between our apply and our taking the lock
+  // (its daemon does not take our lock; one busy applying its own rules can win ten times in
+  // a row, seen in CI): then apply again, until a deadline (apply takes the same lock, so
+  // never while we hold it).
   auto our_packets = [&] {
     const std::string listing = sh("iptables -w 5 -L DOCKER-USER -v -x -n").second;
     std::istringstream lines(listing);
@@ -785,8 +787,10 @@ TEST_P(NftablesFirewallTest, ROOT_DockerUserRuleIsRestoredByApply) {
   };
   bool checked = false;
   std::string first;
-  for (int attempt = 0; attempt < 10 && !checked; ++attempt) {
-    if (attempt > 0) apply({"0.0.0.0/0"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int attempts = 0;
+  for (; !checked && std::chrono::steady_clock::now() < deadline; ++attempts) {
+    if (attempts > 0) apply({"0.0.0.0/0"});
     FileLock lock;
     first = sh("iptables -w 5 -S DOCKER-USER | sed -n 2p").second;
     if (first.find("gpucloud:" + table_) == std::string::npos) continue;
@@ -796,7 +800,7 @@ TEST_P(NftablesFirewallTest, ROOT_DockerUserRuleIsRestoredByApply) {
     EXPECT_TRUE(client_reaches());
     EXPECT_GT(our_packets(), before) << "the client's connection passed DOCKER-USER without our rule";
   }
-  EXPECT_TRUE(checked) << "ours was never the first rule after an apply: " << first;
+  EXPECT_TRUE(checked) << "ours was never the first rule after " << attempts << " applies in 30 s: " << first;
 }
 
 // route_localnet (on while a table exists) must not open the host's loopback to other hosts:

@@ -24,6 +24,13 @@ const user2 = { username: `bob${suffix}`, password: 'password-456' };
 const skipped = [];
 let lastPage = null;
 const failures = [];
+// Chromium aborts requests in flight with net::ERR_NETWORK_CHANGED when the host's interfaces
+// change (other tests beside this one make bridges and veths). When that hit the Notebook's
+// frame, the Notebook's RequireJS reports the lost module as a page error ("Script error for
+// \"custom/custom\"", possibly after the frame is gone): a fault of the run's network, not of
+// the console (which has no RequireJS), so such errors are logged instead of counted.
+let notebookNetworkChanged = false;
+const notebookScriptError = (f) => f.startsWith('page error: Script error for "');
 
 function check(ok, what) {
   if (ok) log('ok  ', what);
@@ -210,6 +217,7 @@ async function main() {
     page.off('response', onFrameResponse);
     page.off('requestfailed', onFrameFailed);
     if (frameRequests.length) log(`jupyter: the frame's requests that failed: ${frameRequests.join('; ')}`);
+    if (frameRequests.some((r) => r.includes('ERR_NETWORK_CHANGED'))) notebookNetworkChanged = true;
     const jp = await ctx1.newPage();
     await jp.goto(`${base}/api/v1/instances/${id}/jupyter/`);
     let ok = await runJupyterCell(jp).catch((e) => (log('jupyter:', e.message), false));
@@ -507,6 +515,10 @@ async function runCell(nb) {
 try {
   await main();
   if (skipped.length) log(`steps skipped:\n  ${skipped.join('\n  ')}`);
+  if (notebookNetworkChanged && failures.some(notebookScriptError)) {
+    log(`the host's network changed under the Notebook's frame; its script errors, not counted:\n  ${failures.filter(notebookScriptError).join('\n  ')}`);
+    failures.splice(0, failures.length, ...failures.filter((f) => !notebookScriptError(f)));
+  }
   if (failures.length) {
     log(`${failures.length} check(s) failed:\n  ${failures.join('\n  ')}`);
     process.exit(1);
