@@ -377,18 +377,20 @@ class PropertyStore {
   market::PriceTable base_prices_;
 };
 
+// The writes a crash's countdown counts, one trigger each.
+constexpr const char* kCrashCountedWrites[][2] = {
+    {"INSERT", "ledger_entries"}, {"UPDATE", "billing_accounts"}, {"INSERT", "meters"},    {"UPDATE", "meters"},
+    {"INSERT", "instances"},      {"UPDATE", "instances"},        {"INSERT", "disks"},     {"UPDATE", "disks"},
+    {"INSERT", "snapshots"},      {"UPDATE", "snapshots"},        {"UPDATE", "images"}};
+
 // The TEMP triggers of a crash: every row written to these tables counts down `budget`; the
 // write that finds it at zero aborts (RAISE), so the step dies there. `at_meter_update`: only
 // meter updates count (a settlement then dies right after its ledger insert).
 std::string crash_triggers(int budget, bool at_meter_update) {
   std::string sql = "CREATE TEMP TABLE prop_crash_budget (n INTEGER NOT NULL); INSERT INTO prop_crash_budget VALUES (" +
                     std::to_string(budget) + ");";
-  const char* all[][2] = {{"INSERT", "ledger_entries"}, {"UPDATE", "billing_accounts"}, {"INSERT", "meters"},
-                          {"UPDATE", "meters"},         {"INSERT", "instances"},        {"UPDATE", "instances"},
-                          {"INSERT", "disks"},          {"UPDATE", "disks"},            {"INSERT", "snapshots"},
-                          {"UPDATE", "snapshots"},      {"UPDATE", "images"}};
   int n = 0;
-  for (const auto& [op, table] : all) {
+  for (const auto& [op, table] : kCrashCountedWrites) {
     if (at_meter_update && (std::string(op) != "UPDATE" || std::string(table) != "meters")) continue;
     sql += std::string(" CREATE TEMP TRIGGER prop_crash_") + std::to_string(n++) + " BEFORE " + op + " ON main." +
            table +
@@ -406,12 +408,8 @@ std::string crash_triggers_postgres(int budget, bool at_meter_update) {
                     "); CREATE FUNCTION prop_crash() RETURNS trigger LANGUAGE plpgsql AS $crash$ BEGIN "
                     "IF (SELECT n FROM prop_crash_budget) <= 0 THEN RAISE EXCEPTION 'simulated crash'; END IF; "
                     "UPDATE prop_crash_budget SET n = n - 1; RETURN NEW; END $crash$;";
-  const char* all[][2] = {{"INSERT", "ledger_entries"}, {"UPDATE", "billing_accounts"}, {"INSERT", "meters"},
-                          {"UPDATE", "meters"},         {"INSERT", "instances"},        {"UPDATE", "instances"},
-                          {"INSERT", "disks"},          {"UPDATE", "disks"},            {"INSERT", "snapshots"},
-                          {"UPDATE", "snapshots"},      {"UPDATE", "images"}};
   int n = 0;
-  for (const auto& [op, table] : all) {
+  for (const auto& [op, table] : kCrashCountedWrites) {
     if (at_meter_update && (std::string(op) != "UPDATE" || std::string(table) != "meters")) continue;
     sql += std::string(" CREATE TRIGGER prop_crash_") + std::to_string(n++) + " BEFORE " + op + " ON " + table +
            " FOR EACH ROW EXECUTE FUNCTION prop_crash();";
