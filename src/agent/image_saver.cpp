@@ -476,7 +476,9 @@ awaitable<Result<json::object>> ImageSaver::save_layered(std::string container_i
 }
 
 awaitable<Result<json::object>> ImageSaver::save_flattened(std::string container_id, SaveImageRequest r) {
-  auto [repo, tag] = split_ref(r.ref);
+  // Not a structured binding: clang 14 cannot use one across a co_await.
+  std::string repo, tag;
+  std::tie(repo, tag) = split_ref(r.ref);
   const std::string raw_tag = tag + "-raw", raw_ref = repo + ":" + raw_tag;
   // The intermediates carry kImageSaveLabel (sweep finds them by it); the final image not.
   std::map<std::string, std::string> labels{{std::string(kImageLabel), r.image_id},

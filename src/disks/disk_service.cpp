@@ -377,7 +377,9 @@ asio::awaitable<void> DiskService::refresh_usage() {
     // Only a number that changed is written, without an event and without moving the
     // generation (usage is an observation, not a change the agent must follow).
     const SysTime now = clock_.now();
-    auto record = [disk_used, snapshot_used, torn, host_id, host_name, now](store::Database& db) -> Status {
+    // Init-captures: clang 14 cannot capture a structured binding.
+    auto record = [disk_used, snapshot_used, torn, host_id = host_id, host_name = host_name,
+                   now](store::Database& db) -> Status {
       if (auto s = mark_snapshots_torn(db, host_id, host_name, torn, now); !s) return s;
       for (const auto& [id, used] : disk_used)
         if (auto s = db.run("UPDATE disks SET used_bytes = ? WHERE id = ? AND used_bytes != ? AND state != 'destroyed'",

@@ -39,7 +39,7 @@ class HostReplicasTest : public ::testing::Test {
       return record_agent_connected(db, "local-1", kAgentInProcess, "1", std::nullopt, system_now());
     });
     for (const auto& [holder, url] : {std::pair{"a/1/x", "http://10.0.0.1:8080"}, std::pair{"b/2/y", "http://10.0.0.2:8080"}})
-      write([&](store::Database& db) { return store::record_replica(db, holder, url, system_now()); });
+      write([holder = holder, url = url](store::Database& db) { return store::record_replica(db, holder, url, system_now()); });
   }
   void TearDown() override {
     store_.reset();

@@ -102,7 +102,8 @@ asio::awaitable<Status> HostRegistry::start() {
     auto known = market::reachable_hosts(db);
     if (!known) return tl::unexpected(known.error());
     for (const auto& [known_id, name] : *known) {
-      bool registered = std::any_of(hosts.begin(), hosts.end(), [&](const agent::HostInventory& h) { return h.name == name; });
+      bool registered = std::any_of(hosts.begin(), hosts.end(),
+                                    [&name = name](const agent::HostInventory& h) { return h.name == name; });
       if (registered) continue;
       if (config_.agents.enabled()) {
         awaited.insert(name);
@@ -269,7 +270,8 @@ void HostRegistry::begin_leading() {
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.agents.reconnect_grace);
   for (auto& [name, seen] : last_heartbeat_)
-    if (!std::any_of(config_.hosts.begin(), config_.hosts.end(), [&](const config::Host& h) { return h.name == name; }))
+    if (!std::any_of(config_.hosts.begin(), config_.hosts.end(),
+                     [&name = name](const config::Host& h) { return h.name == name; }))
       seen = std::max(seen, until);
 }
 

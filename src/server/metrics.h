@@ -30,9 +30,24 @@ class Metrics {
     std::uint64_t count = 0;
     double sum = 0;
   };
-  // std::less<>: looked up by views, so a request already counted copies no string.
-  std::map<std::tuple<std::string, std::string, int>, std::uint64_t, std::less<>> requests_;  // method, route, status
-  std::map<std::tuple<std::string, std::string>, Histogram, std::less<>> latency_;            // method, route
+  // Transparent: looked up by views, so a request already counted copies no string. Both
+  // sides compare as views (clang 14 cannot compare a tuple of strings with one of views).
+  struct ByViews {
+    using is_transparent = void;
+    template <class... A, class... B>
+    bool operator()(const std::tuple<A...>& a, const std::tuple<B...>& b) const {
+      return as_views(a) < as_views(b);
+    }
+    template <class... T>
+    static auto as_views(const std::tuple<T...>& t) {
+      return std::apply([](const auto&... v) { return std::make_tuple(view(v)...); }, t);
+    }
+    static std::string_view view(const std::string& s) { return s; }
+    static std::string_view view(std::string_view s) { return s; }
+    static int view(int i) { return i; }
+  };
+  std::map<std::tuple<std::string, std::string, int>, std::uint64_t, ByViews> requests_;  // method, route, status
+  std::map<std::tuple<std::string, std::string>, Histogram, ByViews> latency_;            // method, route
   struct Gauge {
     std::string help;
     double value = 0;

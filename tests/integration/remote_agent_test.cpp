@@ -309,7 +309,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_SLOW_ThreeAgentsInTheirOwnNamespacesSurviveAKi
   // A command over each link still works: every instance is released.
   for (const auto& [host, id] : on_host) ASSERT_EQ(d.request("DELETE", "/api/v1/instances/" + id, "", user).status, 202);
   for (const auto& [host, id] : on_host)
-    ASSERT_TRUE(wait_until([&] { return d.get("/api/v1/instances/" + id, user).json().at("state") == "released"; }, 60s,
+    ASSERT_TRUE(wait_until([&, &id = id] { return d.get("/api/v1/instances/" + id, user).json().at("state") == "released"; }, 60s,
                            id + " released"));
   for (auto& a : fleet.agents) a->stop();
   EXPECT_EQ(d.log().find("gcjoin1."), std::string::npos) << "no join token in the control plane's log";
