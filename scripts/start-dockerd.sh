@@ -16,11 +16,12 @@
 #       file GPUCLOUD_ENGINE_IMAGE formatted btrfs and loop-mounted there (kept across runs;
 #       re-mounted when needed). Falls back to the engine's default (with a warning) where
 #       mkfs.btrfs or loop mounts are missing.
-#       default: dockerd's own data root and storage driver (overlay2: sizes not enforced).
-#       auto: btrfs on a machine without an engine yet (or one set up with btrfs before);
-#       default where /var/lib/docker already holds an engine's images and containers, which
-#       another data root would not see (switch with GPUCLOUD_ENGINE_STORAGE=btrfs, then
-#       rebuild the base image: scripts/build-base-image.sh).
+#       default: dockerd's own data root and storage driver (overlay2: gpucloudd holds each
+#       system disk's size with a filesystem of the container's own, [agent]
+#       system_disk_filesystems; a create and release costs the kernel a tenth of btrfs's).
+#       auto: btrfs where a btrfs data root was set up before (GPUCLOUD_ENGINE_IMAGE exists or
+#       the data root is btrfs), else default. btrfs stays available (GPUCLOUD_ENGINE_STORAGE=btrfs,
+#       then rebuild the base image: scripts/build-base-image.sh).
 #   GPUCLOUD_ENGINE_DATA_ROOT  (default /var/lib/gpucloud/engine)
 #   GPUCLOUD_ENGINE_IMAGE      (default /var/lib/gpucloud/engine.img)
 #   GPUCLOUD_ENGINE_SIZE_GIB   the sparse file's size (default 200; only blocks written use disk)
@@ -151,11 +152,8 @@ STORAGE_ARGS=
 if [ "$STORAGE" = auto ]; then
   if [ -f "$IMAGE" ] || [ "$(fs_type "$DATA_ROOT")" = btrfs ]; then
     STORAGE=btrfs
-  elif [ -d /var/lib/docker/image ] && [ -n "$(ls -A /var/lib/docker/image 2>/dev/null)" ]; then
-    echo "start-dockerd: /var/lib/docker holds an engine already; keeping it (GPUCLOUD_ENGINE_STORAGE=btrfs to switch)"
-    STORAGE=default
   else
-    STORAGE=btrfs
+    STORAGE=default
   fi
 fi
 case "$STORAGE" in

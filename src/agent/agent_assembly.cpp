@@ -48,6 +48,8 @@ Result<std::unique_ptr<InstanceRuntime>> make_instance_runtime(asio::io_context&
   runtime_options.network_mtu = bridge_mtu_for(uplink_mtu());
   runtime_options.gpu_injector = std::move(gpu_injector);
   runtime_options.lxcfs_dir = cfg.agent.lxcfs_dir;
+  if (cfg.agent.system_disk_filesystems)
+    runtime_options.layer_filesystems = std::make_shared<LayerFilesystems>((state_dir / "system-disks").string());
   return std::make_unique<InstanceRuntime>(io.get_executor(), installation_id, state_dir.string(), std::move(driver),
                                            init_path.string(), "gpucloud-" + installation_id, runtime_options);
 }

@@ -227,6 +227,19 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
       if (auto s = co_await save_record(updated); s) slot->record = std::move(updated);
     }
   }
+  // System disk filesystems whose containers are gone (a crash between a removal and the
+  // file's deletion, or during a make).
+  if (options_.layer_filesystems) {
+    std::map<std::string, std::string> ours{{std::string(kInstallationLabel), installation_id_}};
+    auto all = co_await driver_->list(std::move(ours));
+    if (all) {
+      std::set<std::string> existing;
+      for (const auto& c : *all) existing.insert(c.id);
+      auto sweep = [filesystems = options_.layer_filesystems, existing]() { return filesystems->sweep(existing); };
+      if (auto s = co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(sweep)); !s)
+        spdlog::warn(R"({{"event":"system_disk_filesystems_not_swept","error":{}}})", runtime_detail::error_text(s.error()));
+    }
+  }
   // Disks of running instances stay mounted; every other mount of ours goes.
   if (disks_) co_await disks_->adopt(std::move(with_disks));
   // Network holders: the records' stay theirs, other running ones fill the pool, the rest go.
@@ -326,7 +339,7 @@ InstanceRuntime::Instance& InstanceRuntime::instance_slot(const std::string& ins
 }
 
 awaitable<void> InstanceRuntime::remove_container_quietly(std::string container_id) {
-  auto removed = co_await driver_->remove(container_id);
+  auto removed = co_await remove_container(container_id);
   if (!removed) {
     spdlog::warn(R"({{"event":"instance_revert_failed","container":"{}","error":{}}})", container_id,
                  runtime_detail::error_text(removed.error()));

@@ -76,6 +76,7 @@
 #include "agent/agent_protocol.h"
 #include "agent/agent_state.h"
 #include "agent/firewall/nftables.h"
+#include "agent/runtime/layer_filesystems.h"
 #include "agent/runtime/runtime_driver.h"
 #include "agent/sampling/sample_target.h"
 #include "core/result.h"
@@ -140,6 +141,9 @@ class InstanceRuntime {
     // lxcfs's mount point ([agent] lxcfs_dir; agent/lxcfs.h): when lxcfs is mounted there at a
     // create, its proc and sys files are bound over the container's. Empty: none.
     std::string lxcfs_dir;
+    // System disks' sizes on overlay2 ([agent] system_disk_filesystems): a filesystem per
+    // container over its layer directory (agent/runtime/layer_filesystems.h). Null: none.
+    std::shared_ptr<LayerFilesystems> layer_filesystems;
   };
   static int default_max_system_image_layers();
 
@@ -322,6 +326,12 @@ class InstanceRuntime {
   boost::asio::awaitable<int> system_image_layers(const InstanceRecord& record, const InstanceSpec& spec);
   // The engine's storage driver, asked once (what system disks the engine can limit).
   boost::asio::awaitable<void> detect_system_disk_limit();
+  // Overlay2's system disks (a no-op where the engine holds the size or none is asked): made
+  // right after a create, mounted again before a start (a reboot unmounted it), removed with
+  // the container. remove_container is every removal of an instance's container.
+  boost::asio::awaitable<Status> make_layer_filesystem(std::string container_id, std::int64_t gib);
+  boost::asio::awaitable<Status> mount_layer_filesystem(std::string container_id);
+  boost::asio::awaitable<Status> remove_container(std::string container_id);
 
   // ---- instance.ensure (instance_runtime_ensure.cpp) ----
   boost::asio::awaitable<Result<boost::json::object>> ensure(boost::json::object desired);
@@ -369,6 +379,8 @@ class InstanceRuntime {
   boost::asio::thread_pool firewall_thread_{1};
   // The state directory's files are written and fsynced here, never on the event loop.
   boost::asio::thread_pool state_thread_{1};
+  // mkfs, mount and cp of system disk filesystems (blocking, tens of milliseconds each).
+  boost::asio::thread_pool layer_fs_pool_{2};
 
   bool started_ = false;
   bool start_held_ = false;  // hold_start(): nothing starts it lazily until start()

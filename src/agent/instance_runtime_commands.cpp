@@ -67,7 +67,7 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
 
   json::array removed;
   if (slot.record && !slot.record->container_id.empty()) {
-    if (auto s = co_await driver_->remove(slot.record->container_id); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await remove_container(slot.record->container_id); !s) co_return fail(std::move(s.error()));
     removed.emplace_back(slot.record->container_id);
   }
   // Any other container of this instance (a crash between create and record, a copy made by
@@ -77,12 +77,12 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
   auto others = co_await driver_->list(std::move(filter));
   if (!others) co_return fail(std::move(others.error()));
   for (const auto& c : *others) {
-    if (auto s = co_await driver_->remove(c.id); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await remove_container(c.id); !s) co_return fail(std::move(s.error()));
     removed.emplace_back(c.id);
   }
   auto by_name = co_await driver_->inspect(container_name(id));
   if (by_name && by_name->exists && by_name->name == container_name(id)) {
-    if (auto s = co_await driver_->remove(by_name->id); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await remove_container(by_name->id); !s) co_return fail(std::move(s.error()));
     removed.emplace_back(by_name->id);
   }
 
@@ -212,6 +212,7 @@ awaitable<Result<json::object>> InstanceRuntime::status() {
   }
   co_await detect_system_disk_limit();
   json::object system_disk{{"enforced", system_disk_ && system_disk_->enforced},
+                           {"how", system_disk_ ? system_disk_->how() : std::string("none")},
                            {"reason", system_disk_ ? system_disk_->reason : std::string("the engine is not reachable")},
                            {"storage_driver", storage_driver_}};
   co_return json::object{{"instances", std::move(instances)},

@@ -104,7 +104,7 @@ awaitable<Status> InstanceRuntime::ensure_fits_spec(EnsureRun& run) {
     if (auto s = co_await save_record(record); !s) co_return fail(std::move(s.error()));
     slot.record = record;
     fault_point("rebuild.after_commit");
-    if (auto s = co_await driver_->remove(record.container_id); !s) co_return fail(std::move(s.error()));
+    if (auto s = co_await remove_container(record.container_id); !s) co_return fail(std::move(s.error()));
     spdlog::info(R"({{"event":"instance_rebuilding","instance":"{}","system_image":{},"because":{},"flattened":{}}})",
                  id, q(*image), q(fmt::format("{}", fmt::join(drift_before, ","))), rebuild == Rebuild::flatten);
     container.exists = false;
@@ -161,6 +161,9 @@ awaitable<Status> InstanceRuntime::ensure_container(EnsureRun& run) {
     run.created = true;
     run.cpus_capped = made->cpus_capped;
     run.revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
+    // overlay2: its system disk's filesystem, before anything can start it.
+    if (auto s = co_await make_layer_filesystem(made->id, spec.system_disk_gib); !s) co_return fail(std::move(s.error()));
+    fault_point("agent.ensure.after_layer_filesystem");
     record.container_id = made->id;
     record.driver_state = encode_driver_state(driver_state_for(record));
     if (!run.rebuilt) record.host_key = run.config_host_key;  // a new filesystem: "" = the init makes one
@@ -179,6 +182,10 @@ awaitable<Status> InstanceRuntime::ensure_container(EnsureRun& run) {
     // the instance's fixed address, so publishing a moment before sshd listens only means
     // an early connection is refused, and the two slowest steps overlap.
     fault_point("agent.ensure.before_firewall_apply");
+    if (!run.created) {
+      // A reboot unmounted its system disk's filesystem: mounted again before overlay uses the layer.
+      if (auto s = co_await mount_layer_filesystem(record.container_id); !s) co_return fail(std::move(s.error()));
+    }
     auto [started, table] = co_await (driver_->start(record.container_id) && apply_firewall());
     if (!started) co_return fail(std::move(started.error()));
     run.booted = true;

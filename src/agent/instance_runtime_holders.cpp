@@ -279,16 +279,18 @@ awaitable<Status> InstanceRuntime::repair_holder(std::string id) {
       if (!attached) co_return fail(std::move(attached.error()));
       mounts = std::move(*attached);
     }
-    if (auto s = co_await driver_->remove(record.container_id); !s) co_return s;
+    if (auto s = co_await remove_container(record.container_id); !s) co_return s;
     auto recreated = instance_container_spec(record, record.desired, std::move(mounts));
     if (!recreated) co_return fail(std::move(recreated.error()));
     auto made = co_await driver_->create(std::move(*recreated));
     if (!made) co_return fail(std::move(made.error()));
+    if (auto s = co_await make_layer_filesystem(made->id, record.desired.system_disk_gib); !s) co_return s;
     record.container_id = made->id;
     record.driver_state = encode_driver_state(driver_state_for(record));
     if (auto s = co_await save_record(record); !s) co_return s;
     slot.record = record;
   }
+  if (auto s = co_await mount_layer_filesystem(record.container_id); !s) co_return s;
   if (auto s = co_await driver_->start(record.container_id); !s) co_return s;
   record.holder.pid = holder->pid;
   record.holder.started_at = holder->started_at;

@@ -18,6 +18,8 @@
 #include "agent/gpu/gpu_injector.h"
 #include "agent/instance_runtime_internal.h"
 #include "agent/lxcfs.h"
+#include "agent/runtime/layer_filesystems.h"
+#include "core/offload.h"
 #include "core/units.h"
 
 namespace gpucloud::agent {
@@ -66,7 +68,8 @@ Result<ContainerSpec> InstanceRuntime::instance_container_spec(const InstanceRec
   }
   cs.init_config_dir = store_.config_dir(id);
   cs.gpu_uuids = effective_gpus(spec);
-  if (system_disk_ && system_disk_->enforced) cs.system_disk_gib = spec.system_disk_gib;
+  // The engine holds the size (btrfs, zfs); a layer filesystem is made after the create.
+  if (system_disk_ && system_disk_->enforced && !system_disk_->layer_filesystem) cs.system_disk_gib = spec.system_disk_gib;
   cs.mounts = std::move(mounts);
   if (options_.gpu_injector) {
     auto plan = options_.gpu_injector->plan(spec.host, cs.gpu_uuids);
@@ -154,10 +157,46 @@ awaitable<void> InstanceRuntime::detect_system_disk_limit() {
   auto info = co_await driver_->fingerprint();
   if (!info) co_return;  // asked again next time
   storage_driver_ = info->storage_driver;
-  system_disk_ = system_disk_limit_for(info->storage_driver);
+  std::string layer_fs_unavailable = "[agent] system_disk_filesystems is false";
+  if (options_.layer_filesystems && info->storage_driver == "overlay2") {
+    auto check = [filesystems = options_.layer_filesystems]() { return filesystems->check(); };
+    auto can = co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(check));
+    layer_fs_unavailable = can ? std::string() : can.error().detail;
+  }
+  system_disk_ = system_disk_limit_for(info->storage_driver, layer_fs_unavailable);
   if (options_.gpu_injector) options_.gpu_injector->set_engine_nvidia_runtime(info->nvidia_runtime);
-  spdlog::info(R"({{"event":"system_disk_limit","storage_driver":{},"enforced":{}}})", q(storage_driver_),
-               system_disk_->enforced);
+  spdlog::info(R"({{"event":"system_disk_limit","storage_driver":{},"how":"{}","reason":{}}})", q(storage_driver_),
+               system_disk_->how(), q(system_disk_->reason));
+}
+
+awaitable<Status> InstanceRuntime::make_layer_filesystem(std::string container_id, std::int64_t gib) {
+  if (!system_disk_ || !system_disk_->layer_filesystem || gib <= 0) co_return ok();
+  auto layer = co_await driver_->layer_dir(container_id);
+  if (!layer) co_return fail(std::move(layer.error()));
+  if (layer->storage_driver != "overlay2") co_return fail(ErrorCode::internal, "system disk filesystem on " + layer->storage_driver);
+  auto make = [filesystems = options_.layer_filesystems, container_id, upper = layer->dir, gib]() {
+    return filesystems->make(container_id, upper, gib);
+  };
+  co_return co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(make));
+}
+
+awaitable<Status> InstanceRuntime::mount_layer_filesystem(std::string container_id) {
+  if (!system_disk_ || !system_disk_->layer_filesystem || !options_.layer_filesystems->has(container_id)) co_return ok();
+  auto layer = co_await driver_->layer_dir(container_id);
+  if (!layer) co_return fail(std::move(layer.error()));
+  auto mount = [filesystems = options_.layer_filesystems, container_id, upper = layer->dir]() { return filesystems->mount(container_id, upper); };
+  co_return co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(mount));
+}
+
+awaitable<Status> InstanceRuntime::remove_container(std::string container_id) {
+  if (auto s = co_await driver_->remove(container_id); !s) co_return s;
+  if (!options_.layer_filesystems) co_return ok();
+  auto forget = [filesystems = options_.layer_filesystems, container_id]() { return filesystems->forget(container_id); };
+  auto forgotten = co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(forget));
+  if (!forgotten)
+    spdlog::warn(R"({{"event":"system_disk_filesystem_not_removed","container":"{}","error":{}}})", container_id,
+                 q(forgotten.error().detail));
+  co_return ok();
 }
 
 }  // namespace gpucloud::agent

@@ -165,8 +165,9 @@ class Parser {
     }
     if (const toml::table* t = get_table(root, "", "agent")) {
       check_keys(*t, "agent", {"network_holders", "network_pool_size", "disk_overcommit", "gpu_injection",
-                               "nvidia_driver_root", "dev_root", "lxcfs_dir"});
+                               "nvidia_driver_root", "dev_root", "lxcfs_dir", "system_disk_filesystems"});
       get_string(*t, "agent", "gpu_injection", c.agent.gpu_injection);
+      get_bool(*t, "agent", "system_disk_filesystems", c.agent.system_disk_filesystems);
       get_string(*t, "agent", "nvidia_driver_root", c.agent.nvidia_driver_root);
       get_string(*t, "agent", "dev_root", c.agent.dev_root);
       get_string(*t, "agent", "lxcfs_dir", c.agent.lxcfs_dir);

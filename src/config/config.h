@@ -123,6 +123,10 @@ struct AgentSettings {  // added section [agent]
   // cpuinfo, stat, uptime, diskstats, swaps, loadavg and /sys/devices/system/cpu/online when
   // it is mounted there. Empty: none.
   std::string lxcfs_dir;
+  // Where the engine's storage driver cannot hold a system disk's size (overlay2 without XFS
+  // project quotas): each container's layer directory becomes a sized ext4 filesystem of its
+  // own (agent/runtime/layer_filesystems.h). false: such system disks are not limited.
+  bool system_disk_filesystems = true;
 };
 
 // [agents]: the TLS listener remote agents dial (issue 26; docs/contract-notes.md "Remote

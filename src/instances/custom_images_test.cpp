@@ -49,13 +49,20 @@ TEST(CustomImages, OverrunIsUsePastTheSize) {
   EXPECT_FALSE(system_disk_overrun(5, 0)) << "no size: no overrun";
 }
 
-TEST(SystemDisk, OnlyBtrfsAndZfsEnforceAContainersSize) {
-  EXPECT_TRUE(agent::system_disk_limit_for("btrfs").enforced);
-  EXPECT_TRUE(agent::system_disk_limit_for("zfs").enforced);
-  auto overlay = agent::system_disk_limit_for("overlay2");
-  EXPECT_FALSE(overlay.enforced);
-  EXPECT_NE(overlay.reason.find("overlay2"), std::string::npos) << overlay.reason;
-  EXPECT_FALSE(agent::system_disk_limit_for("").enforced);
+TEST(SystemDisk, BtrfsAndZfsEnforceInTheEngineOverlay2WithALayerFilesystem) {
+  EXPECT_EQ(agent::system_disk_limit_for("btrfs").how(), "engine");
+  EXPECT_EQ(agent::system_disk_limit_for("zfs", "").how(), "engine");
+  auto overlay = agent::system_disk_limit_for("overlay2", "");
+  EXPECT_TRUE(overlay.enforced);
+  EXPECT_TRUE(overlay.layer_filesystem);
+  EXPECT_EQ(overlay.how(), "layer_filesystem");
+  auto off = agent::system_disk_limit_for("overlay2", "system disk filesystems need root (mount)");
+  EXPECT_FALSE(off.enforced);
+  EXPECT_EQ(off.how(), "none");
+  EXPECT_NE(off.reason.find("overlay2"), std::string::npos) << off.reason;
+  EXPECT_NE(off.reason.find("need root"), std::string::npos) << off.reason;
+  EXPECT_FALSE(agent::system_disk_limit_for("vfs", "").enforced) << "only overlay2's layout is known";
+  EXPECT_FALSE(agent::system_disk_limit_for("", "").enforced);
 }
 
 TEST(SystemDisk, StorageOptSizeIsRenderedInGibOnlyWhenAsked) {

@@ -21,6 +21,7 @@
 #include "agent/instance_runtime.h"
 #include "agent/local_agent.h"
 #include "agent/runtime/docker_engine_driver.h"
+#include "agent/runtime/layer_filesystems.h"
 #include "config/config.h"
 #include "support/capabilities.h"
 #include "support/test_resources.h"
@@ -220,6 +221,131 @@ TEST_F(SystemDiskTest, DOCKER_ROOT_AWritePastTheSystemDiskFailsInsideTheInstance
   auto measured = sh("curl -s --unix-socket " + engine_->sock + " 'http://x/containers/" + container + "/json?size=1'");
   std::cout << "quotas: " << (engine_->simple_quotas ? "simple" : "full") << "\n";
   if (engine_->simple_quotas) EXPECT_NE(measured.second.find(R"("SizeRw":-1)"), std::string::npos) << measured.second.substr(0, 200);
+}
+
+}  // namespace
+
+namespace {
+
+// System disk sizes on overlay2 (the machine's engine in `./dev test`): the agent's own
+// filesystem per container (agent/runtime/layer_filesystems.h).
+class SystemDiskOverlayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GPUCLOUD_NEED("root", ::geteuid() == 0, "needs root (mount, nftables)");
+    GPUCLOUD_NEED("docker", gpucloud::testing::have_docker(), "needs the machine's engine with gpucloud/base:bookworm-2");
+    auto driver_name = sh("docker info -f '{{.Driver}}' 2>/dev/null");
+    if (driver_name.second.find("overlay2") == std::string::npos)
+      GTEST_SKIP() << "the machine's engine is not on overlay2 (" << driver_name.second << ")";
+    installation_ = "so" + random_hex(8);
+    table_ = "gpucloud-so-" + random_hex(8);
+    dir_ = fs::temp_directory_path() / ("gpucloud-so-" + installation_);
+    lease_ = std::make_unique<gpucloud::testing::ResourceLease>();
+    lease_->add("disk-dir", dir_.string());
+    DockerEngineDriver::Options o;
+    o.init_path = kInitPath;
+    auto driver = std::make_unique<DockerEngineDriver>(ioc_.get_executor(), o);
+    InstanceRuntime::Options options;
+    options.layer_filesystems = std::make_shared<gpucloud::agent::LayerFilesystems>((dir_ / "system-disks").string());
+    runtime_ = std::make_unique<InstanceRuntime>(ioc_.get_executor(), installation_, (dir_ / "state").string(),
+                                                 std::move(driver), kInitPath, table_, options);
+    gpucloud::config::Config config;
+    gpucloud::config::Host host;
+    host.name = "test-host";
+    host.zone = "zone-a";
+    host.cpu = 2;
+    host.memory_gib = 4;
+    config.hosts = {host};
+    agent_ = std::make_unique<LocalAgent>(ioc_.get_executor(), config);
+    runtime_->register_handlers(*agent_);
+    ASSERT_TRUE(run(ioc_, runtime_->start()));
+  }
+  void TearDown() override {
+    if (runtime_) (void)execute("instance.remove", json::object{{"instance_id", "i1"}});
+    agent_.reset();
+    runtime_.reset();
+    if (!table_.empty()) sh("nft delete table ip " + table_ + " 2>/dev/null; docker network rm gpucloud-" + installation_ + " >/dev/null 2>&1");
+    if (lease_) lease_->clean();
+  }
+  gpucloud::agent::CommandOutcome execute(const std::string& kind, json::object desired) {
+    Command c{"c-" + random_hex(8), "test-host", kind, std::move(desired)};
+    auto outcome = run(ioc_, agent_->execute(c));
+    EXPECT_TRUE(outcome) << outcome.error().detail;
+    return outcome ? *outcome : gpucloud::agent::CommandOutcome{};
+  }
+  json::object exec(const std::string& command) {
+    auto o = execute("instance.exec", json::object{{"instance_id", "i1"},
+                                                   {"argv", json::array{"/bin/sh", "-c", command}},
+                                                   {"timeout_ms", 180000}});
+    EXPECT_TRUE(o.ok) << o.error_detail;
+    return o.observed;
+  }
+  json::object ensure(const std::string& state) {
+    auto ensured = execute("instance.ensure", json::object{{"instance_id", "i1"},
+                                                           {"name", "small"},
+                                                           {"state", state},
+                                                           {"image", "gpucloud/base:bookworm-2"},
+                                                           {"cpu", 1},
+                                                           {"memory_gib", 1},
+                                                           {"system_disk_gib", 1}});
+    EXPECT_TRUE(ensured.ok) << ensured.error_detail;
+    return ensured.observed;
+  }
+  std::string layer_dir(const std::string& container) {
+    auto upper = sh("docker inspect -f '{{.GraphDriver.Data.UpperDir}}' " + container);
+    std::string dir = upper.second.substr(0, upper.second.find_last_not_of("\n") + 1);
+    return dir.size() > 5 ? dir.substr(0, dir.size() - 5) : dir;  // without "/diff"
+  }
+
+  net::io_context ioc_;
+  std::string installation_, table_;
+  fs::path dir_;
+  std::unique_ptr<gpucloud::testing::ResourceLease> lease_;
+  std::unique_ptr<InstanceRuntime> runtime_;
+  std::unique_ptr<LocalAgent> agent_;
+};
+
+TEST_F(SystemDiskOverlayTest, DOCKER_ROOT_OnOverlay2AWritePastTheSystemDiskFailsAndItsFilesystemLivesAndDiesWithTheContainer) {
+  auto observed = ensure("running");
+  ASSERT_TRUE(observed.contains("container_id")) << observed;
+  const std::string container(observed.at("container_id").as_string());
+  auto config = sh("docker inspect -f '{{json .HostConfig.StorageOpt}}' " + container);
+  EXPECT_EQ(config.second.find("size"), std::string::npos) << "overlay2 refuses StorageOpt size: " << config.second;
+  const std::string layer = layer_dir(container);
+  auto mount = sh("findmnt -n -o FSTYPE,SOURCE --mountpoint " + layer);
+  EXPECT_NE(mount.second.find("ext4"), std::string::npos) << layer << ": " << mount.second;
+
+  // df inside shows the system disk's size (overlay answers statfs from its upper filesystem).
+  auto df = exec("df -P -k / | tail -1 | awk '{print $2}'");
+  const long long kib = std::atoll(std::string(df.at("stdout").as_string()).c_str());
+  EXPECT_GT(kib, 900LL * 1024) << df;
+  EXPECT_LE(kib, 1024LL * 1024) << df;
+  auto small = exec("dd if=/dev/zero of=/root/small bs=1M count=100 2>&1");
+  EXPECT_EQ(small.at("exit_code").as_int64(), 0) << small;
+  auto big = exec("dd if=/dev/zero of=/root/big bs=1M count=1500 2>&1; rc=$?; rm -f /root/big; exit $rc");
+  EXPECT_NE(big.at("exit_code").as_int64(), 0) << "a 1.5 GB write on a 1 GiB system disk must fail: " << big;
+  EXPECT_NE(std::string(big.at("stdout").as_string()).find("No space left"), std::string::npos) << big;
+
+  auto status = execute("instance.status", json::object{});
+  ASSERT_TRUE(status.ok) << status.error_detail;
+  EXPECT_TRUE(status.observed.at("system_disk").at("enforced").as_bool()) << status.observed;
+  EXPECT_EQ(status.observed.at("system_disk").at("how").as_string(), "layer_filesystem");
+  EXPECT_EQ(status.observed.at("system_disk").at("storage_driver").as_string(), "overlay2");
+
+  // Stopped, then a reboot's unmount: the next start mounts it again, with the user's file.
+  ensure("stopped");
+  ASSERT_EQ(sh("umount " + layer).first, 0);
+  ensure("running");
+  EXPECT_NE(sh("findmnt -n -o FSTYPE --mountpoint " + layer).second.find("ext4"), std::string::npos);
+  auto kept = exec("ls -l /root/small");
+  EXPECT_EQ(kept.at("exit_code").as_int64(), 0) << "the system disk kept its file across the remount: " << kept;
+
+  // Removed: the engine's removal unmounts it, the agent deletes the image, no loop device stays.
+  auto removed = execute("instance.remove", json::object{{"instance_id", "i1"}});
+  ASSERT_TRUE(removed.ok) << removed.error_detail;
+  EXPECT_FALSE(fs::exists(dir_ / "system-disks" / (container + ".img")));
+  EXPECT_TRUE(sh("findmnt -n --mountpoint " + layer).second.empty());
+  EXPECT_TRUE(sh("losetup -a | grep " + dir_.string()).second.empty());
 }
 
 }  // namespace

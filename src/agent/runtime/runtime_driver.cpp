@@ -78,12 +78,14 @@ namespace gpucloud::agent {
 
 std::string storage_size_opt(std::int64_t gib) { return std::to_string(gib) + "G"; }
 
-SystemDiskLimit system_disk_limit_for(const std::string& storage_driver) {
-  if (storage_driver == "btrfs" || storage_driver == "zfs") return {true, ""};
-  if (storage_driver.empty()) return {false, "the engine did not name its storage driver"};
-  return {false, "storage driver " + storage_driver +
-                     " cannot limit a container's size here (a btrfs data root can: scripts/start-dockerd.sh); "
-                     "use is reported instead"};
+SystemDiskLimit system_disk_limit_for(const std::string& storage_driver,
+                                      const std::string& layer_filesystems_unavailable) {
+  if (storage_driver == "btrfs" || storage_driver == "zfs") return {true, false, ""};
+  if (storage_driver.empty()) return {false, false, "the engine did not name its storage driver"};
+  if (storage_driver == "overlay2" && layer_filesystems_unavailable.empty()) return {true, true, ""};
+  std::string reason = "storage driver " + storage_driver + " cannot limit a container's size here";
+  if (storage_driver == "overlay2") reason += " and system disk filesystems are off (" + layer_filesystems_unavailable + ")";
+  return {false, false, reason + "; use is reported instead"};
 }
 
 }  // namespace gpucloud::agent

@@ -155,14 +155,19 @@ struct DriverInfo {
   std::string storage_driver;  // GET /info Driver: "overlay2", "btrfs", ...
 };
 
-// Whether the engine's storage driver enforces a container's size (StorageOpt size), and
-// when not, why. btrfs (subvolume quotas) and zfs (dataset quotas) do; overlay2 needs XFS
-// project quotas, which these hosts' kernels lack, so it is never assumed. Pure.
+// How a container's system disk size is held, and when it is not, why. btrfs (subvolume
+// quotas) and zfs (dataset quotas) hold it in the engine (StorageOpt size); overlay2 needs
+// XFS project quotas for that, which these hosts' kernels lack, so there gpucloud holds it
+// itself with a filesystem per container (agent/runtime/layer_filesystems.h) where it can
+// (`layer_filesystems_unavailable` empty). Pure.
 struct SystemDiskLimit {
   bool enforced = false;
-  std::string reason;  // when not enforced
+  bool layer_filesystem = false;  // enforced by a filesystem of the container's own
+  std::string reason;             // when not enforced
+  std::string how() const { return !enforced ? "none" : layer_filesystem ? "layer_filesystem" : "engine"; }
 };
-SystemDiskLimit system_disk_limit_for(const std::string& storage_driver);
+SystemDiskLimit system_disk_limit_for(const std::string& storage_driver,
+                                      const std::string& layer_filesystems_unavailable = "not configured");
 
 // One path of a container's filesystem that differs from its image (GET /containers/{id}/changes).
 enum class ChangeKind { modified = 0, added = 1, deleted = 2 };
