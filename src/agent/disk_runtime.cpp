@@ -34,8 +34,10 @@ using disks::DataDiskAttachment;
 using disks::DiskInfo;
 using disks::SnapshotInfo;
 
-// An awaitable mutex for coroutines on one strand (as InstanceRuntime's).
-class DiskRuntime::AsyncLock {
+// An awaitable mutex for coroutines on one strand (as InstanceRuntime's). Shared: a coroutine
+// frame destroyed with the io_context after the runtime (a SIGTERM during start) still
+// releases a live lock.
+class DiskRuntime::AsyncLock : public std::enable_shared_from_this<DiskRuntime::AsyncLock> {
  public:
   awaitable<void> lock() {
     while (locked_) {
@@ -68,7 +70,7 @@ constexpr std::int64_t kMaxSizeGib = 1 << 20;
 class Held {
  public:
   template <class Lock>
-  explicit Held(Lock& lock) : unlock_([&lock] { lock.unlock(); }) {}
+  explicit Held(Lock& lock) : unlock_([held = lock.shared_from_this()] { held->unlock(); }) {}
   ~Held() {
     if (unlock_) unlock_();
   }
@@ -130,7 +132,7 @@ DiskRuntime::DiskRuntime(net::any_io_executor loop, std::string agent_dir, std::
       agent_dir_(fs::absolute(agent_dir).lexically_normal().string()),
       options_(options),
       hosts_(std::move(hosts)),
-      start_lock_(std::make_unique<AsyncLock>()),
+      start_lock_(std::make_shared<AsyncLock>()),
       pool_(static_cast<std::size_t>(std::max(1, options.threads))) {
   disks::DiskDriverOptions driver_options;
   driver_options.agent_dir = agent_dir_;
@@ -163,7 +165,7 @@ void DiskRuntime::register_handlers(LocalAgent& agent) {
 
 DiskRuntime::AsyncLock& DiskRuntime::lock_for(const std::string& key) {
   auto& slot = locks_[key];
-  if (!slot) slot = std::make_unique<AsyncLock>();
+  if (!slot) slot = std::make_shared<AsyncLock>();
   return *slot;
 }
 

@@ -154,8 +154,8 @@ class DiskRuntime {
   std::vector<HostDriver> hosts_;
   std::map<std::string, std::unique_ptr<Driver>> drivers_;  // by driver name
   std::map<std::string, Claim> claims_;                     // by disk id
-  std::map<std::string, std::unique_ptr<AsyncLock>> locks_;  // "disk:ID", "snap:ID"
-  std::unique_ptr<AsyncLock> start_lock_;
+  std::map<std::string, std::shared_ptr<AsyncLock>> locks_;  // "disk:ID", "snap:ID"
+  std::shared_ptr<AsyncLock> start_lock_;
   // false once the destructor runs: a background step resuming later touches nothing.
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
   boost::asio::thread_pool pool_;

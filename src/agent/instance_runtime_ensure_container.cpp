@@ -163,7 +163,6 @@ awaitable<Status> InstanceRuntime::ensure_container(EnsureRun& run) {
     run.revert.add([this, cid = made->id]() { return remove_container_quietly(cid); });
     // overlay2: its system disk's filesystem, before anything can start it.
     if (auto s = co_await make_layer_filesystem(made->id, spec.system_disk_gib); !s) co_return fail(std::move(s.error()));
-    fault_point("agent.ensure.after_layer_filesystem");
     record.container_id = made->id;
     record.driver_state = encode_driver_state(driver_state_for(record));
     if (!run.rebuilt) record.host_key = run.config_host_key;  // a new filesystem: "" = the init makes one

@@ -97,6 +97,46 @@ TEST_F(DiskPoolTest, DOCKER_ROOT_DisksNeverProvisionMoreThanTheSmallPoolHolds) {
   EXPECT_EQ(after.json().at("items").as_array().at(0).at("disk_pool").at("provisioned_bytes").as_int64(), 2LL << 30);
 }
 
+// On overlay2 (the suite's engine) with [agent] system_disk_filesystems on, gpucloudd's default:
+// the host enforces system disks (each a sized filesystem of its container's own), so an
+// instance's system disk is a provision of the pool from create to release, and its image
+// file lives in the data directory until the release.
+TEST(SystemDiskPoolTest, DOCKER_ROOT_OnOverlay2AnInstancesSystemDiskIsEnforcedAndProvisionedUntilItsRelease) {
+  GPUCLOUD_NEED_ENGINE();
+  DaemonOptions o{pool_config()};
+  o.system_disk_filesystems = true;
+  TestDaemon daemon(o);
+  daemon.start();
+  const std::string user = daemon.register_and_login("dora");
+  // The host says so at its first report (an instance placed before that is not counted).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto h = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
+        return h.at("items").as_array().at(0).at("system_disk_enforced").as_bool();
+      },
+      60s, "the host reports its system disks enforced"));
+  auto made = daemon.post("/api/v1/instances", json::object{{"name", "sd"}, {"gpu_count", 0}, {"system_disk_gib", 10}}, user);
+  ASSERT_EQ(made.status, 202) << made.body;
+  const std::string id(made.json().at("id").as_string());
+  ASSERT_TRUE(wait_until([&] { return daemon.get("/api/v1/instances/" + id, user).json().at("state") == "running"; }, 90s,
+                         "instance running"));
+  auto hosts = daemon.get("/api/v1/admin/hosts", daemon.admin_token());
+  ASSERT_EQ(hosts.status, 200) << hosts.body;
+  const json::value hosts_doc = hosts.json();
+  const auto& host = hosts_doc.at("items").as_array().at(0).as_object();
+  EXPECT_TRUE(host.at("system_disk_enforced").as_bool()) << hosts.body;
+  EXPECT_EQ(host.at("disk_pool").at("provisioned_bytes").as_int64(), 10LL << 30) << hosts.body;
+  const std::string images = daemon.data_dir() + "/agent/system-disks";
+  EXPECT_EQ(shell("ls '" + images + "' | grep -c '\\.img$'"), "1\n") << shell("ls -la '" + images + "'");
+
+  ASSERT_EQ(daemon.request("DELETE", "/api/v1/instances/" + id, "", user).status, 202);
+  ASSERT_TRUE(wait_until([&] { return daemon.get("/api/v1/instances/" + id, user).json().at("state") == "released"; }, 90s,
+                         "instance released"));
+  EXPECT_TRUE(wait_until([&] { return shell("ls '" + images + "' 2>/dev/null").empty(); }, 30s, "the image deleted"));
+  auto after = daemon.get("/api/v1/admin/hosts", daemon.admin_token());
+  EXPECT_EQ(after.json().at("items").as_array().at(0).at("disk_pool").at("provisioned_bytes").as_int64(), 0) << after.body;
+}
+
 // Storage needs money, snapshots a quota, and the recycle bin's deadline is the first deletion
 // (issue 23), through the API on the test clock. A daemon of its own: the test moves its clock.
 class StorageMoneyTest : public ::testing::Test {

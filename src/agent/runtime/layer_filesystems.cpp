@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/disks/disk_tools.h"
-#include "core/fault_points.h"
 
 namespace gpucloud::agent {
 
@@ -124,7 +123,6 @@ Status LayerFilesystems::make(const std::string& container_id, const std::string
   auto unmounted = run_tool({"umount", "--", staging}, kUtilLinux);
   if (!unmounted) return give_up(std::move(unmounted.error()));
   ::rmdir(staging.c_str());
-  fault_point("agent.layer_fs.before_rename");
   if (auto s = disks::rename_durably(tmp, image); !s) return give_up(std::move(s.error()));
   return mount_image(image, *layer);
 }

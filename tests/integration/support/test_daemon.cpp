@@ -187,6 +187,12 @@ TestDaemon::TestDaemon(DaemonOptions options) : options_(std::move(options)) {
   fs::create_directories(data_dir_);
   if (options_.signup_credit > 0 && options_.config_toml.find("[billing]") == std::string::npos)
     options_.config_toml += "\n[billing]\nsignup_credit = " + std::to_string(options_.signup_credit) + "\n";
+  if (!options_.system_disk_filesystems && options_.config_toml.find("system_disk_filesystems") == std::string::npos) {
+    const std::string key = "system_disk_filesystems = false\n";
+    const auto agent = options_.config_toml.find("[agent]\n");
+    if (agent != std::string::npos) options_.config_toml.insert(agent + 8, key);
+    else options_.config_toml += "\n[agent]\n" + key;
+  }
   const char* backend = std::getenv("GPUCLOUD_TEST_STORE");
   if (backend && std::string_view(backend) == "postgres" && options_.config_toml.find("[store]") == std::string::npos) {
     postgres_ = std::make_unique<PostgresTestDatabase>();

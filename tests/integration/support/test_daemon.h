@@ -42,6 +42,11 @@ struct DaemonOptions {
   std::int64_t signup_credit = 1'000'000;  // ¥10,000
   // "" = a data directory of its own; replicas on one machine (issue 27) share one.
   std::string data_dir;
+  // [agent] system_disk_filesystems (on by default in gpucloudd): off unless a test asks. The
+  // suite's daemons share the machine's one disk, and on overlay2 each instance's 30 GiB
+  // system disk would then count against its pool (tests/integration/system_disk_test.cpp
+  // covers them).
+  bool system_disk_filesystems = false;
 };
 
 // At teardown a TestDaemon fails the test (ADD_FAILURE) when its daemon died on its own, did
