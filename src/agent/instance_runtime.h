@@ -330,7 +330,9 @@ class InstanceRuntime {
   // right after a create, mounted again before a start (a reboot unmounted it), removed with
   // the container. remove_container is every removal of an instance's container.
   boost::asio::awaitable<Status> make_layer_filesystem(std::string container_id, std::int64_t gib);
-  boost::asio::awaitable<Status> mount_layer_filesystem(std::string container_id);
+  // `make_gib` > 0: made now when it has none (a crash between the create and the make left
+  // a container that never started).
+  boost::asio::awaitable<Status> mount_layer_filesystem(std::string container_id, std::int64_t make_gib = 0);
   boost::asio::awaitable<Status> remove_container(std::string container_id);
 
   // ---- instance.ensure (instance_runtime_ensure.cpp) ----

@@ -182,8 +182,11 @@ awaitable<Status> InstanceRuntime::ensure_container(EnsureRun& run) {
     // an early connection is refused, and the two slowest steps overlap.
     fault_point("agent.ensure.before_firewall_apply");
     if (!run.created) {
-      // A reboot unmounted its system disk's filesystem: mounted again before overlay uses the layer.
-      if (auto s = co_await mount_layer_filesystem(record.container_id); !s) co_return fail(std::move(s.error()));
+      // A reboot unmounted its system disk's filesystem: mounted again before overlay uses the
+      // layer. A container that never started and has none (the agent died between its create
+      // and the make) gets it now.
+      const std::int64_t make_gib = container.state == "created" ? spec.system_disk_gib : 0;
+      if (auto s = co_await mount_layer_filesystem(record.container_id, make_gib); !s) co_return fail(std::move(s.error()));
     }
     auto [started, table] = co_await (driver_->start(record.container_id) && apply_firewall());
     if (!started) co_return fail(std::move(started.error()));

@@ -180,12 +180,17 @@ awaitable<Status> InstanceRuntime::make_layer_filesystem(std::string container_i
   co_return co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(make));
 }
 
-awaitable<Status> InstanceRuntime::mount_layer_filesystem(std::string container_id) {
-  if (!system_disk_ || !system_disk_->layer_filesystem || !options_.layer_filesystems->has(container_id)) co_return ok();
+awaitable<Status> InstanceRuntime::mount_layer_filesystem(std::string container_id, std::int64_t make_gib) {
+  if (!system_disk_ || !system_disk_->layer_filesystem) co_return ok();
   auto layer = co_await driver_->layer_dir(container_id);
   if (!layer) co_return fail(std::move(layer.error()));
-  auto mount = [filesystems = options_.layer_filesystems, container_id, upper = layer->dir]() { return filesystems->mount(container_id, upper); };
-  co_return co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(mount));
+  if (layer->storage_driver != "overlay2") co_return ok();
+  auto prepare = [filesystems = options_.layer_filesystems, container_id, upper = layer->dir, make_gib]() -> Status {
+    if (filesystems->has(container_id)) return filesystems->mount(container_id, upper);
+    if (make_gib > 0) return filesystems->make(container_id, upper, make_gib);
+    return ok();  // a container made before system disk filesystems: it keeps no limit
+  };
+  co_return co_await offload<Status>(layer_fs_pool_.get_executor(), std::move(prepare));
 }
 
 awaitable<Status> InstanceRuntime::remove_container(std::string container_id) {

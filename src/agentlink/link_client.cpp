@@ -7,6 +7,7 @@
 #include <openssl/x509_vfy.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <deque>
 #include <fstream>
 #include <optional>
@@ -22,6 +23,7 @@
 #include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/log_text.h"
 #include "agentlink/agent_terminals.h"
 #include "agentlink/link_messages.h"
 #include "core/time_format.h"
@@ -43,6 +45,8 @@ using Ws = websocket::stream<TlsStream>;
 namespace {
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
+// How long a join keeps dialling a control plane it cannot reach yet.
+constexpr auto kJoinDialPatience = std::chrono::seconds(30);
 
 struct Endpoint {
   std::string host, port;
@@ -237,7 +241,17 @@ asio::awaitable<Result<AgentIdentity>> join_control_plane(asio::any_io_executor 
   // against the token's fingerprint before a byte of the token goes out.
   ssl::context tls(ssl::context::tls_client);
   tls.set_verify_mode(ssl::verify_none);
+  // An agent started with its host (its network, or the control plane, not up yet) keeps
+  // dialling for a while: nothing has been sent, so a retry cannot spend the token twice.
   auto stream = co_await dial(loop, tls, *at);
+  const auto give_up = std::chrono::steady_clock::now() + kJoinDialPatience;
+  while (!stream && std::chrono::steady_clock::now() < give_up) {
+    spdlog::info(R"({{"event":"agent_join_retry","error":{}}})", agent::q(stream.error().detail));
+    asio::steady_timer pause(loop, std::chrono::seconds(1));
+    boost::system::error_code waited;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, waited));
+    stream = co_await dial(loop, tls, *at);
+  }
   if (!stream) co_return fail(stream.error());
   SSL* ssl_handle = stream->native_handle();
   STACK_OF(X509)* chain = SSL_get_peer_cert_chain(ssl_handle);

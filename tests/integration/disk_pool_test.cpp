@@ -137,6 +137,47 @@ TEST(SystemDiskPoolTest, DOCKER_ROOT_OnOverlay2AnInstancesSystemDiskIsEnforcedAn
   EXPECT_EQ(after.json().at("items").as_array().at(0).at("disk_pool").at("provisioned_bytes").as_int64(), 0) << after.body;
 }
 
+// kill -9 between the container's create and its system disk filesystem (fault point
+// agent.ensure.after_container_create): the restarted agent finds a container that never
+// started and no filesystem, and makes it before the start; without that the instance would
+// run with no limit for good.
+TEST(SystemDiskPoolTest, DOCKER_ROOT_AKillAfterTheContainerIsMadeStillGivesItItsSystemDiskFilesystem) {
+  GPUCLOUD_NEED_ENGINE();
+  DaemonOptions o{pool_config()};
+  o.system_disk_filesystems = true;
+  TestDaemon daemon(o);
+  daemon.start();
+  const std::string user = daemon.register_and_login("erin");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto h = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
+        return h.at("items").as_array().at(0).at("system_disk_enforced").as_bool();
+      },
+      60s, "the host reports its system disks enforced"));
+  daemon.stop();
+  daemon.start("agent.ensure.after_container_create");
+  try {
+    daemon.post("/api/v1/instances", json::object{{"name", "victim"}, {"gpu_count", 0}, {"system_disk_gib", 10}}, user);
+  } catch (...) {
+  }
+  ASSERT_TRUE(daemon.killed_at("agent.ensure.after_container_create"));
+  daemon.start();
+  auto settled = daemon.wait_for_state("victim", "running", user, std::chrono::seconds(60));
+  ASSERT_EQ(settled.at("state").as_string(), "running") << json::serialize(settled);
+  const std::string container = "gpucloud-" + daemon.installation_id() + "-" + std::string(settled.at("id").as_string());
+  const std::string upper = shell("docker inspect -f '{{.GraphDriver.Data.UpperDir}}' " + container);
+  ASSERT_GT(upper.size(), 6u) << upper;
+  const std::string layer = upper.substr(0, upper.size() - 6);  // without "/diff\n"
+  EXPECT_EQ(shell("findmnt -n -o FSTYPE --mountpoint '" + layer + "'"), "ext4\n") << layer;
+  EXPECT_EQ(shell("docker exec " + container + " sh -c \"df -P -k / | tail -1 | awk '{print (\\$2 > 9000000 && \\$2 <= 10485760)}'\""),
+            "1\n")
+      << shell("docker exec " + container + " df -k /");
+  ASSERT_EQ(daemon.request("DELETE", "/api/v1/instances/victim", "", user).status, 202);
+  ASSERT_EQ(daemon.wait_for_state("victim", "released", user).at("state").as_string(), "released");
+  EXPECT_TRUE(wait_until([&] { return shell("ls '" + daemon.data_dir() + "/agent/system-disks' 2>/dev/null").empty(); }, 30s,
+                         "the image deleted"));
+}
+
 // Storage needs money, snapshots a quota, and the recycle bin's deadline is the first deletion
 // (issue 23), through the API on the test clock. A daemon of its own: the test moves its clock.
 class StorageMoneyTest : public ::testing::Test {
