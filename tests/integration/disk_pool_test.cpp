@@ -97,6 +97,16 @@ TEST_F(DiskPoolTest, DOCKER_ROOT_DisksNeverProvisionMoreThanTheSmallPoolHolds) {
   EXPECT_EQ(after.json().at("items").as_array().at(0).at("disk_pool").at("provisioned_bytes").as_int64(), 2LL << 30);
 }
 
+// The host says so at its first report (an instance placed before that is not counted).
+::testing::AssertionResult reports_system_disks_enforced(TestDaemon& daemon) {
+  return wait_until(
+      [&] {
+        auto h = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
+        return h.at("items").as_array().at(0).at("system_disk_enforced").as_bool();
+      },
+      60s, "the host reports its system disks enforced");
+}
+
 // On overlay2 (the suite's engine) with [agent] system_disk_filesystems on, gpucloudd's default:
 // the host enforces system disks (each a sized filesystem of its container's own), so an
 // instance's system disk is a provision of the pool from create to release, and its image
@@ -108,13 +118,7 @@ TEST(SystemDiskPoolTest, DOCKER_ROOT_OnOverlay2AnInstancesSystemDiskIsEnforcedAn
   TestDaemon daemon(o);
   daemon.start();
   const std::string user = daemon.register_and_login("dora");
-  // The host says so at its first report (an instance placed before that is not counted).
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto h = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
-        return h.at("items").as_array().at(0).at("system_disk_enforced").as_bool();
-      },
-      60s, "the host reports its system disks enforced"));
+  ASSERT_TRUE(reports_system_disks_enforced(daemon));
   auto made = daemon.post("/api/v1/instances", json::object{{"name", "sd"}, {"gpu_count", 0}, {"system_disk_gib", 10}}, user);
   ASSERT_EQ(made.status, 202) << made.body;
   const std::string id(made.json().at("id").as_string());
@@ -148,12 +152,7 @@ TEST(SystemDiskPoolTest, DOCKER_ROOT_AKillAfterTheContainerIsMadeStillGivesItIts
   TestDaemon daemon(o);
   daemon.start();
   const std::string user = daemon.register_and_login("erin");
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto h = daemon.get("/api/v1/admin/hosts", daemon.admin_token()).json();
-        return h.at("items").as_array().at(0).at("system_disk_enforced").as_bool();
-      },
-      60s, "the host reports its system disks enforced"));
+  ASSERT_TRUE(reports_system_disks_enforced(daemon));
   daemon.stop();
   daemon.start("agent.ensure.after_container_create");
   try {

@@ -108,7 +108,28 @@ struct BtrfsEngine {
   }
 };
 
-class SystemDiskTest : public ::testing::Test {
+// What both fixtures send their agent: a command, and a shell command inside instance i1.
+class AgentCommandTest : public ::testing::Test {
+ protected:
+  gpucloud::agent::CommandOutcome execute(const std::string& kind, json::object desired) {
+    Command c{"c-" + random_hex(8), "test-host", kind, std::move(desired)};
+    auto outcome = run(ioc_, agent_->execute(c));
+    EXPECT_TRUE(outcome) << outcome.error().detail;
+    return outcome ? *outcome : gpucloud::agent::CommandOutcome{};
+  }
+  json::object exec(const std::string& command) {
+    auto o = execute("instance.exec", json::object{{"instance_id", "i1"},
+                                                   {"argv", json::array{"/bin/sh", "-c", command}},
+                                                   {"timeout_ms", 180000}});
+    EXPECT_TRUE(o.ok) << o.error_detail;
+    return o.observed;
+  }
+
+  net::io_context ioc_;
+  std::unique_ptr<LocalAgent> agent_;
+};
+
+class SystemDiskTest : public AgentCommandTest {
  protected:
   static void SetUpTestSuite() {
     reason_ = new std::string;
@@ -165,28 +186,13 @@ class SystemDiskTest : public ::testing::Test {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
-  gpucloud::agent::CommandOutcome execute(const std::string& kind, json::object desired) {
-    Command c{"c-" + random_hex(8), "test-host", kind, std::move(desired)};
-    auto outcome = run(ioc_, agent_->execute(c));
-    EXPECT_TRUE(outcome) << outcome.error().detail;
-    return outcome ? *outcome : gpucloud::agent::CommandOutcome{};
-  }
-  json::object exec(const std::string& command) {
-    auto o = execute("instance.exec", json::object{{"instance_id", "i1"},
-                                                   {"argv", json::array{"/bin/sh", "-c", command}},
-                                                   {"timeout_ms", 180000}});
-    EXPECT_TRUE(o.ok) << o.error_detail;
-    return o.observed;
-  }
 
   static inline std::string* reason_ = nullptr;
   static inline std::string capability_ = "btrfs";
   static inline BtrfsEngine* engine_ = nullptr;
-  net::io_context ioc_;
   std::string installation_, table_;
   fs::path dir_;
   std::unique_ptr<InstanceRuntime> runtime_;
-  std::unique_ptr<LocalAgent> agent_;
 };
 
 TEST_F(SystemDiskTest, DOCKER_ROOT_AWritePastTheSystemDiskFailsInsideTheInstance) {
@@ -229,7 +235,7 @@ namespace {
 
 // System disk sizes on overlay2 (the machine's engine in `./dev test`): the agent's own
 // filesystem per container (agent/runtime/layer_filesystems.h).
-class SystemDiskOverlayTest : public ::testing::Test {
+class SystemDiskOverlayTest : public AgentCommandTest {
  protected:
   void SetUp() override {
     GPUCLOUD_NEED("root", ::geteuid() == 0, "needs root (mount, nftables)");
@@ -267,19 +273,6 @@ class SystemDiskOverlayTest : public ::testing::Test {
     if (!table_.empty()) sh("nft delete table ip " + table_ + " 2>/dev/null; docker network rm gpucloud-" + installation_ + " >/dev/null 2>&1");
     if (lease_) lease_->clean();
   }
-  gpucloud::agent::CommandOutcome execute(const std::string& kind, json::object desired) {
-    Command c{"c-" + random_hex(8), "test-host", kind, std::move(desired)};
-    auto outcome = run(ioc_, agent_->execute(c));
-    EXPECT_TRUE(outcome) << outcome.error().detail;
-    return outcome ? *outcome : gpucloud::agent::CommandOutcome{};
-  }
-  json::object exec(const std::string& command) {
-    auto o = execute("instance.exec", json::object{{"instance_id", "i1"},
-                                                   {"argv", json::array{"/bin/sh", "-c", command}},
-                                                   {"timeout_ms", 180000}});
-    EXPECT_TRUE(o.ok) << o.error_detail;
-    return o.observed;
-  }
   json::object ensure(const std::string& state) {
     auto ensured = execute("instance.ensure", json::object{{"instance_id", "i1"},
                                                            {"name", "small"},
@@ -297,12 +290,10 @@ class SystemDiskOverlayTest : public ::testing::Test {
     return dir.size() > 5 ? dir.substr(0, dir.size() - 5) : dir;  // without "/diff"
   }
 
-  net::io_context ioc_;
   std::string installation_, table_;
   fs::path dir_;
   std::unique_ptr<gpucloud::testing::ResourceLease> lease_;
   std::unique_ptr<InstanceRuntime> runtime_;
-  std::unique_ptr<LocalAgent> agent_;
 };
 
 TEST_F(SystemDiskOverlayTest, DOCKER_ROOT_OnOverlay2AWritePastTheSystemDiskFailsAndItsFilesystemLivesAndDiesWithTheContainer) {

@@ -59,7 +59,9 @@ bool image_mounted_at(const std::string& image, const std::string& at) {
 }  // namespace
 
 LayerFilesystems::LayerFilesystems(std::string images_dir)
-    : dir_(fs::absolute(fs::path(images_dir)).lexically_normal().string()) {}
+    // weakly_canonical: the loop devices name their files by real path, and a symlink in the
+    // data directory's path must not make a mounted image look unmounted.
+    : dir_(fs::weakly_canonical(fs::absolute(fs::path(images_dir))).string()) {}
 
 Status LayerFilesystems::check() {
   if (::geteuid() != 0) return fail(ErrorCode::unavailable, "system disk filesystems need root (mount)");
