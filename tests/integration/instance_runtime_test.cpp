@@ -343,8 +343,9 @@ class InstanceRuntimeTest : public ::testing::Test {
   }
 
   // A published tcp port shows as its DNAT entry in the table's `published` map:
-  // "tcp . PORT comment \"INSTANCE\" : ADDRESS . PORT".
-  std::string ruleset() { return shell("nft list ruleset 2>&1").second; }
+  // "tcp . PORT comment \"INSTANCE\" : ADDRESS . PORT". This runtime's own table only: other
+  // tests' daemons publish ports from their own ranges, which may include this test's.
+  std::string ruleset() { return shell("nft list table ip " + table_ + " 2>&1").second; }
 
   // The instance's entry in instance.status.
   json::object status_of(const std::string& instance) {
