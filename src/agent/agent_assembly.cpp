@@ -108,6 +108,9 @@ Result<AgentStack> build_agent_stack(asio::io_context& io, const config::Config&
   stack.agent->set_terminal_opener([runtime_ptr](std::string instance_id, int rows, int cols) {
     return runtime_ptr->open_terminal(std::move(instance_id), rows, cols);
   });
+  stack.agent->set_connection_opener([runtime_ptr](std::string instance_id, int port) {
+    return runtime_ptr->open_connection(std::move(instance_id), port);
+  });
   if (!start) {
     stack.runtime->hold_start();
     return stack;

@@ -51,6 +51,15 @@ class HostAgent {
   virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string host_name,
                                                                                        std::string instance_id,
                                                                                        int rows, int cols) = 0;
+  // A TCP connection to `port` at a running instance's own address, made from its host (the
+  // web-service and Jupyter proxies ride it to an instance on a remote host; see
+  // agent/instance_connection.h). Bytes both ways; read() returns "" at the service's end.
+  virtual boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_connection(std::string host_name,
+                                                                                         std::string instance_id,
+                                                                                         int port) {
+    (void)host_name, (void)instance_id, (void)port;
+    co_return fail(ErrorCode::unavailable, "this agent does not open connections to instances");
+  }
 };
 
 }  // namespace gpucloud::agent

@@ -211,6 +211,9 @@ class InstanceRuntime {
   // A login shell in the instance's running container, on a TTY of rows x cols.
   boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_terminal(std::string instance_id, int rows,
                                                                                int cols);
+  // A TCP connection to `port` at the running instance's own address, from inside its network
+  // namespace (agent/instance_connection.h); 5 s to connect.
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_connection(std::string instance_id, int port);
 
   // The command handlers (what register_handlers installs), callable directly.
   boost::asio::awaitable<Result<CommandOutcome>> handle(Command command);
@@ -348,8 +351,9 @@ class InstanceRuntime {
   boost::asio::awaitable<Result<boost::json::object>> ensure_observed(EnsureRun& run);  // 6-7
   boost::asio::awaitable<std::string> read_host_key(std::string container_id,
                                                     std::chrono::milliseconds wait);
-  // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms).
-  boost::asio::awaitable<bool> wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit);
+  // Whether something accepts TCP connections at ip:port within `limit` (tried every 20 ms),
+  // from inside the network namespace of `pid` (agent/instance_connection.h).
+  boost::asio::awaitable<bool> wait_for_listener(int pid, std::string ip, int port, std::chrono::milliseconds limit);
 
   // ---- the other commands (instance_runtime_commands.cpp) ----
   boost::asio::awaitable<Result<boost::json::object>> remove(boost::json::object desired);
@@ -383,6 +387,9 @@ class InstanceRuntime {
   boost::asio::thread_pool state_thread_{1};
   // mkfs, mount and cp of system disk filesystems (blocking, tens of milliseconds each).
   boost::asio::thread_pool layer_fs_pool_{2};
+  // Sockets for connections into instances are made here: the thread enters an instance's
+  // network namespace for the socket() call and leaves it.
+  boost::asio::thread_pool connection_thread_{1};
 
   bool started_ = false;
   bool start_held_ = false;  // hold_start(): nothing starts it lazily until start()

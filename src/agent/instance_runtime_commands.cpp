@@ -19,6 +19,7 @@
 
 #include "agent/disk_runtime.h"
 #include "agent/image_saver.h"
+#include "agent/instance_connection.h"
 #include "agent/instance_runtime_internal.h"
 #include "core/offload.h"
 
@@ -301,6 +302,25 @@ awaitable<Result<std::unique_ptr<TerminalSession>>> InstanceRuntime::open_termin
   std::vector<std::string> argv{"/bin/sh", "-c", "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi"};
   std::vector<std::string> env{"TERM=xterm-256color", "HOME=/root"};
   co_return co_await driver_->exec_tty(container, std::move(argv), rows, cols, std::move(env));
+}
+
+// ---- connections for the proxies ----------------------------------------------------------
+
+awaitable<Result<std::unique_ptr<TerminalSession>>> InstanceRuntime::open_connection(std::string instance_id, int port) {
+  if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
+  auto it = instances_.find(instance_id);
+  if (it == instances_.end() || !it->second->record || it->second->record->container_id.empty())
+    co_return fail(ErrorCode::not_found, "instance " + instance_id + " has no container on this host");
+  std::string container = it->second->record->container_id;
+  std::string ipv4 = it->second->record->ipv4;
+  auto status = co_await driver_->inspect(container);
+  if (!status) co_return fail(std::move(status.error()));
+  if (!status->exists || !status->running || status->pid <= 0)
+    co_return fail(ErrorCode::conflict, "instance " + instance_id + " is not running on this host");
+  if (ipv4.empty()) ipv4 = status->ipv4;
+  auto executor = co_await net::this_coro::executor;
+  co_return co_await connect_to_instance(executor, connection_thread_, status->pid, std::move(ipv4), port,
+                                         std::chrono::seconds(5));
 }
 
 // ---- image.inspect -----------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/disk_runtime.h"
+#include "agent/instance_connection.h"
 #include "agent/instance_runtime_internal.h"
 #include "core/fault_points.h"
 #include "core/units.h"
@@ -251,7 +252,7 @@ awaitable<Result<json::object>> InstanceRuntime::ensure_observed(EnsureRun& run)
   const bool publishes_ssh = std::any_of(spec.ports.begin(), spec.ports.end(),
                                          [](const auto& p) { return p.container_port == 22 && p.protocol == "tcp"; });
   if (run.booted && now->running && publishes_ssh && options_.ssh_listen_wait.count() > 0) {
-    if (!co_await wait_for_listener(record.ipv4, 22, options_.ssh_listen_wait))
+    if (!co_await wait_for_listener(now->pid, record.ipv4, 22, options_.ssh_listen_wait))
       spdlog::info(R"({{"event":"instance_ssh_not_listening","instance":"{}","waited_ms":{}}})", id,
                    options_.ssh_listen_wait.count());
   }
@@ -330,24 +331,19 @@ awaitable<std::string> InstanceRuntime::read_host_key(std::string container_id,
   }
 }
 
-awaitable<bool> InstanceRuntime::wait_for_listener(std::string ip, int port, std::chrono::milliseconds limit) {
-  boost::system::error_code ec;
-  const auto address = net::ip::make_address_v4(ip, ec);
-  if (ec) co_return false;
-  const net::ip::tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
-  auto executor = co_await net::this_coro::executor;
+awaitable<bool> InstanceRuntime::wait_for_listener(int pid, std::string ip, int port, std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     // A closed port answers at once (RST); a network not up yet would not answer at all,
-    // hence the short timeout on each try.
-    net::ip::tcp::socket socket(executor);
-    net::steady_timer give_up(executor, std::chrono::milliseconds(200));
-    boost::system::error_code connected, timed;
-    auto which = co_await (socket.async_connect(endpoint, net::redirect_error(use_awaitable, connected)) ||
-                           give_up.async_wait(net::redirect_error(use_awaitable, timed)));
-    if (which.index() == 0 && !connected) co_return true;
+    // hence the short timeout on each try. From inside the instance's namespace, as the
+    // proxies' connections are (an agent's own namespace may have no route to its bridge).
+    auto executor = co_await net::this_coro::executor;
+    auto tried = co_await connect_to_instance(executor, connection_thread_, pid, ip, port, std::chrono::milliseconds(200));
+    if (tried) co_return true;
+    if (tried.error().code == ErrorCode::invalid_argument) co_return false;
     net::steady_timer pause(executor, std::chrono::milliseconds(20));
-    co_await pause.async_wait(net::redirect_error(use_awaitable, timed));
+    boost::system::error_code ec;
+    co_await pause.async_wait(net::redirect_error(use_awaitable, ec));
   }
   co_return false;
 }

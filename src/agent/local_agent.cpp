@@ -472,6 +472,13 @@ asio::awaitable<Result<std::unique_ptr<TerminalSession>>> LocalAgent::open_termi
   co_return co_await terminal_opener_(std::move(instance_id), rows, cols);
 }
 
+asio::awaitable<Result<std::unique_ptr<TerminalSession>>> LocalAgent::open_connection(std::string host_name,
+                                                                                     std::string instance_id, int port) {
+  (void)host_name;
+  if (!connection_opener_) co_return fail(ErrorCode::unavailable, "this agent has no instance runtime");
+  co_return co_await connection_opener_(std::move(instance_id), port);
+}
+
 asio::awaitable<Result<CommandOutcome>> LocalAgent::execute(Command command) {
   if (auto it = outcomes_.find(command.id); it != outcomes_.end()) co_return it->second;
   auto handler = handlers_.find(command.kind);

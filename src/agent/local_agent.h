@@ -86,6 +86,13 @@ class LocalAgent : public HostAgent {
                                                                                std::string instance_id, int rows,
                                                                                int cols) override;
 
+  using ConnectionOpener = std::function<boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>>(
+      std::string instance_id, int port)>;
+  void set_connection_opener(ConnectionOpener opener) { connection_opener_ = std::move(opener); }
+  boost::asio::awaitable<Result<std::unique_ptr<TerminalSession>>> open_connection(std::string host_name,
+                                                                                 std::string instance_id,
+                                                                                 int port) override;
+
   // The hosts an all-in-one daemon serves: the config's, or one named after this machine.
   static std::vector<config::Host> effective_hosts(const config::Config& config);
 
@@ -128,6 +135,7 @@ class LocalAgent : public HostAgent {
   std::uint64_t heartbeat_sequence_ = 0;
   std::map<std::string, CommandHandler> handlers_;
   TerminalOpener terminal_opener_;
+  ConnectionOpener connection_opener_;
   // Outcomes of recent commands, so a repeated command id is answered, not re-run.
   std::unordered_map<std::string, CommandOutcome> outcomes_;
   std::deque<std::string> outcome_order_;

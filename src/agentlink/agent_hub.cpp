@@ -82,6 +82,24 @@ asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> AgentHub::open_
     co_return fail(ErrorCode::unavailable, "host " + host_name + " is served by the leader replica: open the terminal there");
   if (local_hosts_.contains(host_name))
     co_return co_await local_->open_terminal(std::move(host_name), std::move(instance_id), rows, cols);
+  json::object body{{"instance_id", instance_id}, {"rows", rows}, {"cols", cols}};
+  co_return co_await open_stream(std::move(host_name), "terminal_open", std::move(body));
+}
+
+asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> AgentHub::open_connection(std::string host_name,
+                                                                                         std::string instance_id,
+                                                                                         int port) {
+  if (local_hosts_.contains(host_name))
+    co_return co_await local_->open_connection(std::move(host_name), std::move(instance_id), port);
+  json::object body{{"instance_id", instance_id}, {"port", port}};
+  auto opened = co_await open_stream(std::move(host_name), "connection_open", std::move(body));
+  if (opened) ++connections_opened_;
+  co_return opened;
+}
+
+asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> AgentHub::open_stream(std::string host_name,
+                                                                                     std::string type,
+                                                                                     json::object body) {
   auto link = links_.find(host_name);
   if (link == links_.end()) co_return fail(ErrorCode::unavailable, "host " + host_name + "'s agent is not connected");
   // Streams whose sessions are gone (closed and destroyed) leave their routes behind: pruned here.
@@ -89,10 +107,8 @@ asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> AgentHub::open_
   const std::int64_t id = ++next_stream_;
   auto stream = std::make_shared<RemoteTerminalStream>(loop_, link->second, id);
   terminals_[id] = TerminalRoute{host_name, link->second.get(), stream};
-  link->second->send(envelope("terminal_open", json::object{{"stream", id},
-                                                             {"instance_id", instance_id},
-                                                             {"rows", rows},
-                                                             {"cols", cols}}));
+  body["stream"] = id;
+  link->second->send(envelope(type, std::move(body)));
   const std::shared_ptr<bool> live = alive_;
   auto opened = co_await stream->wait_opened(options_.terminal_open_wait);
   if (!*live) co_return fail(ErrorCode::unavailable, "the control plane is stopping");

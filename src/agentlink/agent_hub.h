@@ -69,6 +69,12 @@ class AgentHub : public agent::HostAgent {
   boost::asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> open_terminal(std::string host_name,
                                                                                       std::string instance_id, int rows,
                                                                                       int cols) override;
+  // A connection to an instance's port: an in-process host's from here (its runtime), a
+  // remote host's as a stream on its agent's link (connection_open), opened within
+  // terminal_open_wait.
+  boost::asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> open_connection(std::string host_name,
+                                                                                        std::string instance_id,
+                                                                                        int port) override;
 
   // The link's side. A hello from `host` (the name its certificate carries) on `connection`:
   // refused (an error to send back) unless the inventory is that host's and not an
@@ -101,6 +107,7 @@ class AgentHub : public agent::HostAgent {
   const std::set<std::string>& in_process_hosts() const { return local_hosts_; }
   std::size_t connected_count() const { return links_.size(); }
   std::size_t terminal_streams() const { return terminals_.size(); }  // open or opening on any link
+  std::uint64_t connections_opened() const { return connections_opened_; }  // to remote instances, ever
 
  private:
   struct Waiter;
@@ -110,6 +117,10 @@ class AgentHub : public agent::HostAgent {
     const AgentConnection* link = nullptr;
     std::weak_ptr<RemoteTerminalStream> stream;
   };
+  // A stream on a remote host's link, opened by `type` with `body` (its "stream" added).
+  boost::asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> open_stream(std::string host_name,
+                                                                                    std::string type,
+                                                                                    boost::json::object body);
   void receive_terminal(const std::string& host, const AgentConnection* connection, const LinkMessage& message);
   void end_terminals(const AgentConnection* link, const std::string& why);  // every stream the link carried
   void deliver_outcome(const std::string& host, agent::CommandOutcome outcome);
@@ -136,6 +147,7 @@ class AgentHub : public agent::HostAgent {
   std::map<std::string, std::shared_ptr<Waiter>> waiters_;  // by command id
   std::map<std::int64_t, TerminalRoute> terminals_;          // by stream id (unique across links)
   std::int64_t next_stream_ = 0;
+  std::uint64_t connections_opened_ = 0;
   std::function<void(agent::Heartbeat)> heartbeat_sink_;
   std::function<void(agent::SampleReport)> sample_sink_;
   std::function<void(agent::ChangeReport)> change_sink_;

@@ -59,17 +59,27 @@ void AgentTerminals::handle(const LinkMessage& message) {
   auto id = terminal_stream_of(message.body);
   if (!id) return;
   auto it = streams_.find(*id);
-  if (message.type == "terminal_open") {
+  if (message.type == "terminal_open" || message.type == "connection_open") {
     if (it != streams_.end()) {
       emit("terminal_failed", *id, json::object{{"code", "conflict"}, {"detail", "stream " + std::to_string(*id) + " is open"}});
       return;
     }
-    const std::string instance = terminal_string_field(message.body, "instance_id");
-    const int rows = static_cast<int>(terminal_int_field(message.body, "rows").value_or(24));
-    const int cols = static_cast<int>(terminal_int_field(message.body, "cols").value_or(80));
+    Opening opening;
+    opening.instance_id = terminal_string_field(message.body, "instance_id");
+    if (message.type == "connection_open") {
+      const auto port = terminal_int_field(message.body, "port");
+      if (!port || *port < 1 || *port > 65535) {
+        emit("terminal_failed", *id, json::object{{"code", "invalid_argument"}, {"detail", "connection_open: port must be 1-65535"}});
+        return;
+      }
+      opening.port = static_cast<int>(*port);
+    } else {
+      opening.rows = static_cast<int>(terminal_int_field(message.body, "rows").value_or(24));
+      opening.cols = static_cast<int>(terminal_int_field(message.body, "cols").value_or(80));
+    }
     auto stream = std::make_shared<Stream>();
     streams_[*id] = stream;
-    asio::co_spawn(loop_, open_and_pump(shared_from_this(), *id, stream, instance, rows, cols), asio::detached);
+    asio::co_spawn(loop_, open_and_pump(shared_from_this(), *id, stream, std::move(opening)), asio::detached);
     return;
   }
   if (it == streams_.end()) return;  // closed already, or never opened here
@@ -115,10 +125,13 @@ asio::awaitable<void> AgentTerminals::apply_inbox(std::shared_ptr<AgentTerminals
 }
 
 asio::awaitable<void> AgentTerminals::open_and_pump(std::shared_ptr<AgentTerminals> self, std::int64_t id,
-                                                    std::shared_ptr<Stream> stream, std::string instance_id, int rows,
-                                                    int cols) {
+                                                    std::shared_ptr<Stream> stream, Opening opening) {
   // This agent's own host only: the control plane cannot name another through this link.
-  auto opened = co_await self->agent_.open_terminal(self->host_, instance_id, rows, cols);
+  const std::string instance_id = opening.instance_id;
+  const char* what = opening.port > 0 ? "connection" : "terminal";
+  Result<std::unique_ptr<agent::TerminalSession>> opened = fail(ErrorCode::internal, "not opened");
+  if (opening.port > 0) opened = co_await self->agent_.open_connection(self->host_, instance_id, opening.port);
+  else opened = co_await self->agent_.open_terminal(self->host_, instance_id, opening.rows, opening.cols);
   if (stream->closed) {  // closed (or the link ended) while it opened
     if (opened) (*opened)->close();
     co_return;
@@ -130,7 +143,7 @@ asio::awaitable<void> AgentTerminals::open_and_pump(std::shared_ptr<AgentTermina
     co_return;
   }
   stream->session = std::move(*opened);
-  spdlog::info(R"({{"event":"agent_terminal_opened","stream":{},"instance":"{}"}})", id, instance_id);
+  spdlog::info(R"({{"event":"agent_{}_opened","stream":{},"instance":"{}","port":{}}})", what, id, instance_id, opening.port);
   self->emit("terminal_opened", id, {});
   self->kick(stream);
   asio::steady_timer pause(self->loop_);
@@ -158,7 +171,7 @@ asio::awaitable<void> AgentTerminals::open_and_pump(std::shared_ptr<AgentTermina
   stream->closed = true;
   stream->session->close();
   self->forget(id, stream);
-  spdlog::info(R"({{"event":"agent_terminal_closed","stream":{},"instance":"{}"}})", id, instance_id);
+  spdlog::info(R"({{"event":"agent_{}_closed","stream":{},"instance":"{}"}})", what, id, instance_id);
 }
 
 }  // namespace gpucloud::agentlink

@@ -1,6 +1,7 @@
 #pragma once
 // The agent's end of the terminal streams on one link (terminal_messages.h): terminal_open
-// opens a shell through the agent's own open_terminal (for its own host only), one
+// opens a shell through the agent's own open_terminal, connection_open a TCP connection to an
+// instance's port through its open_connection (both for its own host only); one
 // coroutine per stream pumps its output to the link, input and resizes are applied in the
 // order they came, terminal_close closes it. The link's end closes every terminal it
 // carried (close_all), and nothing is sent after that.
@@ -40,9 +41,13 @@ class AgentTerminals : public std::enable_shared_from_this<AgentTerminals> {
 
  private:
   struct Stream;
+  struct Opening {  // what terminal_open or connection_open asked for
+    std::string instance_id;
+    int rows = 24, cols = 80;
+    int port = 0;  // > 0: a connection to this port, not a shell
+  };
   static boost::asio::awaitable<void> open_and_pump(std::shared_ptr<AgentTerminals> self, std::int64_t id,
-                                                    std::shared_ptr<Stream> stream, std::string instance_id, int rows,
-                                                    int cols);
+                                                    std::shared_ptr<Stream> stream, Opening opening);
   static boost::asio::awaitable<void> apply_inbox(std::shared_ptr<AgentTerminals> self, std::shared_ptr<Stream> stream);
   void kick(const std::shared_ptr<Stream>& stream);
   void emit(std::string type, std::int64_t id, boost::json::object body);

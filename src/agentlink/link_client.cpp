@@ -445,7 +445,7 @@ struct LinkClient::Impl : std::enable_shared_from_this<Impl> {
           continue;
         }
         asio::co_spawn(loop, run_command(shared_from_this(), std::move(*command)), asio::detached);
-      } else if (message->type.starts_with("terminal_")) {
+      } else if (message->type.starts_with("terminal_") || message->type == "connection_open") {
         terminals->handle(*message);
       } else if (message->type == "refused") {
         const json::value* detail = message->body.if_contains("detail");

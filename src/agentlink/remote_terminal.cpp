@@ -76,7 +76,7 @@ asio::awaitable<Status> RemoteTerminalStream::wait_opened(std::chrono::milliseco
   if (open_error_) co_return fail(*open_error_);
   if (phase_ == Phase::opening) {
     close();
-    co_return fail(ErrorCode::unavailable, "the host's agent did not open the terminal within " +
+    co_return fail(ErrorCode::unavailable, "the host's agent did not open the stream within " +
                                                std::to_string(limit.count() / 1000) + " s");
   }
   // Ended right after it opened (the shell exited at once): still a session to read.

@@ -233,6 +233,57 @@ TEST_F(RemoteTerminalTest, OpensThenCarriesOutputInOrderInputResizeAndTheExitCod
   EXPECT_EQ(link->count("terminal_close"), 0u) << "an exited stream is not closed again";
 }
 
+// A connection to an instance's port on a remote host (the proxies): connection_open on its
+// agent's link, then a session like a terminal's. An in-process host's goes to its own agent.
+TEST_F(RemoteTerminalTest, AConnectionToARemoteInstanceIsAStreamOpenedByConnectionOpen) {
+  make_hub();
+  auto link = connect("remote-1");
+  std::optional<Result<std::unique_ptr<agent::TerminalSession>>> got;
+  asio::co_spawn(io_, hub_->open_connection("remote-1", "inst-1", 8888),
+                 [&](std::exception_ptr, Result<std::unique_ptr<agent::TerminalSession>> r) { got.emplace(std::move(r)); });
+  ASSERT_TRUE(rt_pump(io_, [&] { return link->count("connection_open") > 0; }, 2s));
+  auto open = link->last("connection_open");
+  EXPECT_EQ(open->body.at("instance_id"), "inst-1");
+  EXPECT_EQ(open->body.at("port"), 8888);
+  EXPECT_FALSE(open->body.contains("rows"));
+  const std::int64_t id = open->body.at("stream").as_int64();
+  hub_->receive("remote-1", link.get(), rt_message("terminal_opened", id));
+  ASSERT_TRUE(rt_pump(io_, [&] { return got.has_value(); }, 2s));
+  ASSERT_TRUE(*got) << got->error().detail;
+  session_ = std::move(**got);
+  EXPECT_EQ(hub_->connections_opened(), 1u);
+  ASSERT_TRUE(run(session_->write("GET / HTTP/1.1\r\n\r\n")));
+  EXPECT_EQ(*terminal_data_of(link->last("terminal_input")->body), "GET / HTTP/1.1\r\n\r\n");
+  hub_->receive("remote-1", link.get(),
+                rt_message("terminal_output", id, json::object{{"data", terminal_bytes_to_base64("HTTP/1.1 204 No Content\r\n\r\n")}}));
+  hub_->receive("remote-1", link.get(), rt_message("terminal_exit", id, json::object{{"exit_code", 0}}));
+  EXPECT_EQ(*read(), "HTTP/1.1 204 No Content\r\n\r\n");
+  EXPECT_EQ(*read(), "");
+
+  // The agent could not connect: its error, and no session.
+  got.reset();
+  asio::co_spawn(io_, hub_->open_connection("remote-1", "inst-1", 9999),
+                 [&](std::exception_ptr, Result<std::unique_ptr<agent::TerminalSession>> r) { got.emplace(std::move(r)); });
+  ASSERT_TRUE(rt_pump(io_, [&] { return link->count("connection_open") == 2; }, 2s));
+  hub_->receive("remote-1", link.get(),
+                rt_message("terminal_failed", link->last("connection_open")->body.at("stream").as_int64(),
+                           json::object{{"code", "unavailable"}, {"detail", "nothing answers on port 9999 in the instance"}}));
+  ASSERT_TRUE(rt_pump(io_, [&] { return got.has_value(); }, 2s));
+  ASSERT_FALSE(*got);
+  EXPECT_EQ(got->error().code, ErrorCode::unavailable);
+  EXPECT_NE(got->error().detail.find("port 9999"), std::string::npos) << got->error().detail;
+
+  // An in-process host: never on a link.
+  const auto sent_before = link->sent.size();
+  got.reset();
+  asio::co_spawn(io_, hub_->open_connection("local-1", "inst-1", 8888),
+                 [&](std::exception_ptr, Result<std::unique_ptr<agent::TerminalSession>> r) { got.emplace(std::move(r)); });
+  ASSERT_TRUE(rt_pump(io_, [&] { return got.has_value(); }, 2s));
+  EXPECT_FALSE(*got) << "this test's in-process agent opens none";
+  EXPECT_EQ(link->sent.size(), sent_before);
+  EXPECT_EQ(hub_->connections_opened(), 1u);
+}
+
 TEST_F(RemoteTerminalTest, AReadWaitsForOutputThatArrivesLater) {
   make_hub();
   auto link = connect("remote-1");
@@ -476,6 +527,15 @@ class AtAgent : public agent::HostAgent {
     shells.push_back(shell);
     co_return std::unique_ptr<agent::TerminalSession>(std::make_unique<AtTerminal>(shell));
   }
+  asio::awaitable<Result<std::unique_ptr<agent::TerminalSession>>> open_connection(std::string host, std::string instance,
+                                                                                  int port) override {
+    asked.push_back("connect " + host + "/" + instance + ":" + std::to_string(port));
+    if (instance != "inst-1") co_return fail(ErrorCode::conflict, "instance " + instance + " is not running on this host");
+    auto shell = std::make_shared<AtShell>();  // a service's bytes, driven the same way
+    shell->wake.emplace(io_);
+    shells.push_back(shell);
+    co_return std::unique_ptr<agent::TerminalSession>(std::make_unique<AtTerminal>(shell));
+  }
   std::vector<std::string> asked;
   std::vector<std::shared_ptr<AtShell>> shells;
 
@@ -547,6 +607,44 @@ TEST_F(AgentTerminalsTest, OpensOnItsOwnHostPumpsOutputAppliesInputInOrderAndRep
   EXPECT_EQ(sent_.back().body.at("exit_code"), 7);
   EXPECT_TRUE(pump_until([&] { return terminals_->streams() == 0; }));
   EXPECT_TRUE(shell.closed);
+}
+
+// connection_open: the agent's connection to the instance's port (the proxies), then the
+// same stream messages as a shell's; the service's end is an exit with code 0.
+TEST_F(AgentTerminalsTest, AConnectionOpenConnectsToThePortAndCarriesItsBytesBothWays) {
+  handle("connection_open", 9, json::object{{"instance_id", "inst-1"}, {"port", 8888}});
+  ASSERT_TRUE(pump_until([&] { return !sent_.empty(); }));
+  EXPECT_EQ(sent_.front().type, "terminal_opened");
+  ASSERT_EQ(agent_.asked, std::vector<std::string>{"connect remote-1/inst-1:8888"}) << "always this agent's own host";
+  auto& service = *agent_.shells.at(0);
+  handle("terminal_input", 9, json::object{{"data", terminal_bytes_to_base64("GET / HTTP/1.1\r\n\r\n")}});
+  ASSERT_TRUE(pump_until([&] { return service.applied.size() == 1; }));
+  EXPECT_EQ(service.applied.front(), "w:GET / HTTP/1.1\r\n\r\n");
+  service.output = {"HTTP/1.1 200 OK\r\n", "\r\n"};
+  ASSERT_TRUE(pump_until([&] { return output_of(9).size() == 19; }));
+  EXPECT_EQ(output_of(9), "HTTP/1.1 200 OK\r\n\r\n");
+  service.eof = true;
+  ASSERT_TRUE(pump_until([&] { return types().back() == "terminal_exit"; }));
+  EXPECT_EQ(sent_.back().body.at("exit_code"), 0);
+  EXPECT_TRUE(pump_until([&] { return terminals_->streams() == 0; }));
+  EXPECT_TRUE(service.closed);
+}
+
+TEST_F(AgentTerminalsTest, AConnectionOpenWithoutAPortOrToAStoppedInstanceFails) {
+  for (const json::value& port : {json::value(0), json::value(65536), json::value("80"), json::value(nullptr)}) {
+    sent_.clear();
+    handle("connection_open", 4, json::object{{"instance_id", "inst-1"}, {"port", port}});
+    ASSERT_TRUE(pump_until([&] { return !sent_.empty(); })) << json::serialize(port);
+    EXPECT_EQ(sent_.front().type, "terminal_failed");
+    EXPECT_EQ(sent_.front().body.at("code"), "invalid_argument");
+  }
+  EXPECT_TRUE(agent_.asked.empty()) << "nothing is dialled for a bad port";
+  sent_.clear();
+  handle("connection_open", 5, json::object{{"instance_id", "inst-gone"}, {"port", 22}});
+  ASSERT_TRUE(pump_until([&] { return !sent_.empty(); }));
+  EXPECT_EQ(sent_.front().type, "terminal_failed");
+  EXPECT_EQ(sent_.front().body.at("code"), "conflict");
+  EXPECT_EQ(terminals_->streams(), 0u);
 }
 
 TEST_F(AgentTerminalsTest, AnInstanceItCannotOpenIsAFailureWithTheAgentsCode) {

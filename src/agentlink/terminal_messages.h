@@ -3,7 +3,12 @@
 // the commands, each stream named by an id the control plane chooses (unique per link).
 // Every message is a JSON text frame in the link's envelope; terminal bytes travel base64 in
 // "data" (text frames only: one framing for everything on the link).
+// A stream is a shell (terminal_open) or a TCP connection to a port at the instance's own
+// address, made by its host's agent (connection_open: the proxies to instances on remote
+// hosts); once open, both speak the same messages (a connection ignores resizes and exits 0
+// when the service closes it).
 //   control plane -> agent: terminal_open {stream, instance_id, rows, cols},
+//                           connection_open {stream, instance_id, port},
 //                           terminal_input {stream, data}, terminal_resize {stream, rows, cols},
 //                           terminal_ack {stream, bytes}, terminal_close {stream}
 //   agent -> control plane: terminal_opened {stream}, terminal_failed {stream, code, detail},

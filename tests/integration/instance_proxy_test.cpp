@@ -9,6 +9,7 @@
 #include <boost/beast/websocket.hpp>
 #include <gtest/gtest.h>
 
+#include "support/proxy_clients.h"
 #include "support/test_daemon.h"
 
 namespace gpucloud::testing {
@@ -35,43 +36,6 @@ price_per_hour = 10
 std::string container_of(const TestDaemon& daemon, const json::value& instance) {
   return "gpucloud-" + daemon.installation_id() + "-" + std::string(instance.at("id").as_string());
 }
-
-// Runs `command` detached in the container (the engine's exec API).
-void exec_detached(const std::string& container, const std::string& command) {
-  json::object create{{"Cmd", json::array{"sh", "-c", command}}, {"AttachStdout", false}, {"AttachStderr", false}};
-  auto made = json::parse(docker_api("POST", "/containers/" + container + "/exec", json::serialize(create)));
-  ASSERT_TRUE(made.as_object().contains("Id")) << json::serialize(made);
-  docker_api("POST", "/exec/" + std::string(made.at("Id").as_string()) + "/start", R"({"Detach":true})");
-}
-
-struct WsClient {
-  asio::io_context io;
-  websocket::stream<beast::tcp_stream> ws{io};
-  void connect(int port, const std::string& path, const std::string& token) {
-    connect_with(port, path, {{"Authorization", "Bearer " + token}});
-  }
-  void connect_with(int port, const std::string& path, std::map<std::string, std::string> headers) {
-    beast::get_lowest_layer(ws).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
-      for (const auto& [name, value] : headers) req.set(name, value);
-    }));
-    beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
-    ws.handshake("127.0.0.1", path);
-  }
-  // Reads text messages until one contains `needle` (30 s at most); all of them.
-  std::string read_until(const std::string& needle) {
-    std::string seen;
-    beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
-    while (seen.find(needle) == std::string::npos) {
-      beast::flat_buffer buffer;
-      beast::error_code ec;
-      ws.read(buffer, ec);
-      if (ec) break;
-      seen += beast::buffers_to_string(buffer.data()) + "\n";
-    }
-    return seen;
-  }
-};
 
 TEST(InstanceProxyTest, DOCKER_ROOT_AWebServerInTheInstanceThroughProxyPortOwnerOnly) {
   GPUCLOUD_NEED_ENGINE();
@@ -200,27 +164,8 @@ TEST(InstanceProxyTest, DOCKER_ROOT_JupyterThroughTheProxyRunsACellForTheOwnerOn
   const std::string kernel_id(kernel.json().at("id").as_string());
   WsClient ws;
   ws.connect(daemon.port(), base + "/api/kernels/" + kernel_id + "/channels?session_id=test-session", alice);
-  json::object execute{
-      {"header", {{"msg_id", "m-1"}, {"username", "test"}, {"session", "test-session"}, {"msg_type", "execute_request"},
-                  {"version", "5.3"}, {"date", ""}}},
-      {"parent_header", json::object{}},
-      {"metadata", json::object{}},
-      {"content", {{"code", "6*7"}, {"silent", false}, {"store_history", true}, {"user_expressions", json::object{}},
-                   {"allow_stdin", false}, {"stop_on_error", true}}},
-      {"channel", "shell"},
-      {"buffers", json::array{}}};
-  ws.ws.text(true);
-  ws.ws.write(asio::buffer(json::serialize(execute)));
-  auto seen = ws.read_until("execute_result");
-  std::string result;
-  std::size_t from = 0;
-  for (auto nl = seen.find('\n'); nl != std::string::npos; from = nl + 1, nl = seen.find('\n', from)) {
-    boost::system::error_code ec;
-    auto message = json::parse(seen.substr(from, nl - from), ec);
-    if (ec || !message.is_object() || !message.as_object().contains("msg_type")) continue;
-    if (message.at("msg_type") == "execute_result")
-      result = std::string(message.at("content").at("data").at("text/plain").as_string());
-  }
+  std::string seen;
+  const std::string result = run_jupyter_cell(ws, "6*7", &seen);
   EXPECT_EQ(result, "42") << seen;
 
   // The browser's way: the session cookie, with this server's Origin (without one, refused

@@ -4,6 +4,12 @@
 // here (Authorization: token ...), never from the browser. What passes is in
 // server/instance_proxy.h.
 //
+// How the bytes get there: an instance on a host this daemon serves in-process is reached by
+// a TCP connection to its bridge address; one on a remote host (whose bridge this machine
+// cannot route to) by a connection its agent makes, carried as a stream on the agent's link
+// (connection_open, agentlink/terminal_messages.h) and bridged here through a socket pair, so
+// the same HTTP and WebSocket code runs over either.
+//
 // Bounded and never blocking: a connection to the instance per request (5 s to connect);
 // a response up to 4 MiB with a length is relayed whole (the browser's connection stays open),
 // a larger or unsized one is streamed through a 64 KiB buffer (chunked; its connection then
@@ -17,6 +23,7 @@
 #include <boost/beast/websocket.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/local_agent.h"
 #include "instances/instance_record.h"
 #include "server/app.h"
 #include "server/browser_session.h"
@@ -28,6 +35,9 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
+using local_stream = asio::local::stream_protocol;
+// The proxy's end of a connection that rides an agent's link.
+using LinkStream = beast::basic_stream<local_stream, asio::any_io_executor>;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
@@ -43,6 +53,8 @@ constexpr auto kStreamIdleTimeout = std::chrono::minutes(10);
 enum class Service { jupyter, port };
 
 struct Target {
+  std::string instance_id, host;
+  bool remote = false;  // its host is served over an agent's link, not in-process
   std::string address;  // the instance's IPv4 on the bridge
   int port = 0;
   std::string path;     // request target at the instance
@@ -80,6 +92,10 @@ asio::awaitable<Result<Target>> resolve(RequestContext& ctx, Service service) {
   if (!instance->ipv4 || instance->ipv4->empty())
     co_return fail(ErrorCode::unavailable, "the instance's address is not known yet; try again in a moment");
   t.address = *instance->ipv4;
+  t.instance_id = instance->id;
+  t.host = instance->host_name.value_or("");
+  t.remote = true;
+  for (const auto& h : agent::LocalAgent::effective_hosts(ctx.app.config())) t.remote = t.remote && h.name != t.host;
   auto target = upstream_target(ctx.request.path, t.prefix, ctx.request.query_string);
   if (!target) co_return fail(ErrorCode::not_found, "no such path: " + ctx.request.path);
   // Notebook's base_url is /api/v1/instances/ID/jupyter/ (by id, whatever the browser named).
@@ -115,9 +131,55 @@ asio::awaitable<Result<void>> connect(beast::tcp_stream& stream, const Target& t
   co_return Result<void>{};
 }
 
+// A stream on the agent's link <-> the far end of the socket pair, until either ends: the
+// service's end shuts the pair's sending side (the proxy reads EOF), the proxy's close ends the
+// stream (the agent closes its connection).
+asio::awaitable<void> link_to_pair(std::shared_ptr<agent::TerminalSession> session, std::shared_ptr<local_stream::socket> far) {
+  for (;;) {
+    auto bytes = co_await session->read();
+    if (!bytes || bytes->empty()) break;
+    auto [ec, n] = co_await asio::async_write(*far, asio::buffer(*bytes), use_tuple);
+    if (ec) break;
+  }
+  boost::system::error_code ignored;
+  far->shutdown(local_stream::socket::shutdown_send, ignored);
+}
+asio::awaitable<void> pair_to_link(std::shared_ptr<agent::TerminalSession> session, std::shared_ptr<local_stream::socket> far) {
+  std::vector<char> chunk(kStreamChunk);
+  for (;;) {
+    auto [ec, n] = co_await far->async_read_some(asio::buffer(chunk), use_tuple);
+    if (ec) break;
+    if (!co_await session->write(std::string(chunk.data(), n))) break;
+  }
+  session->close();
+}
+asio::awaitable<void> bridge_link(std::shared_ptr<agent::TerminalSession> session, std::shared_ptr<local_stream::socket> far) {
+  co_await (link_to_pair(session, far) && pair_to_link(session, far));
+  boost::system::error_code ignored;
+  far->close(ignored);
+}
+
+// A connection made by the instance's host agent, its bytes on the agent's link.
+asio::awaitable<Result<void>> connect(App& app, LinkStream& stream, const Target& t) {
+  auto session = co_await app.hosts().agent().open_connection(t.host, t.instance_id, t.port);
+  if (!session) co_return tl::unexpected(session.error());
+  auto executor = co_await asio::this_coro::executor;
+  auto far = std::make_shared<local_stream::socket>(executor);
+  boost::system::error_code ec;
+  local_stream::socket near(executor);
+  asio::local::connect_pair(near, *far, ec);
+  if (ec) co_return fail(ErrorCode::unavailable, "socket pair: " + ec.message());
+  stream.socket() = std::move(near);
+  std::shared_ptr<agent::TerminalSession> shared(std::move(*session));
+  asio::co_spawn(executor, bridge_link(std::move(shared), std::move(far)), asio::detached);
+  co_return Result<void>{};
+}
+asio::awaitable<Result<void>> connect(App&, beast::tcp_stream& stream, const Target& t) { return connect(stream, t); }
+
+template <class Stream>
 struct Upstream {
   explicit Upstream(asio::any_io_executor ex) : stream(std::move(ex)) {}
-  beast::tcp_stream stream;
+  Stream stream;
   beast::flat_buffer buffer;
 };
 
@@ -138,7 +200,8 @@ Response response_head(const http::response_header<>& head, std::string_view sec
 }
 
 // The rest of a large or unsized body, chunk by chunk.
-asio::awaitable<void> relay_body(std::shared_ptr<Upstream> up, std::shared_ptr<http::response_parser<http::buffer_body>> parser,
+template <class Stream>
+asio::awaitable<void> relay_body(std::shared_ptr<Upstream<Stream>> up, std::shared_ptr<http::response_parser<http::buffer_body>> parser,
                                  std::string secret, StreamSink& sink) {
   std::vector<char> chunk(kStreamChunk);
   Scrubber scrubber(std::move(secret));
@@ -158,12 +221,13 @@ asio::awaitable<void> relay_body(std::shared_ptr<Upstream> up, std::shared_ptr<h
   }
   if (open) (void)co_await sink.write(scrubber.finish());
   boost::system::error_code ignored;
-  up->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  up->stream.socket().shutdown(Stream::socket_type::shutdown_both, ignored);
 }
 
+template <class Stream>
 asio::awaitable<Result<Response>> proxy_http(RequestContext& ctx, Target t) {
-  auto up = std::make_shared<Upstream>(co_await asio::this_coro::executor);
-  if (auto s = co_await connect(up->stream, t); !s) co_return tl::unexpected(s.error());
+  auto up = std::make_shared<Upstream<Stream>>(co_await asio::this_coro::executor);
+  if (auto s = co_await connect(ctx.app, up->stream, t); !s) co_return tl::unexpected(s.error());
   http::request<http::string_body> req;
   req.method_string(ctx.request.method);
   req.target(t.path);
@@ -197,12 +261,13 @@ asio::awaitable<Result<Response>> proxy_http(RequestContext& ctx, Target t) {
   }
   auto parser = std::make_shared<http::response_parser<http::buffer_body>>(std::move(head_parser));
   parser->body_limit(boost::none);
-  r.stream = [up, parser, secret = t.jupyter_token](StreamSink& sink) { return relay_body(up, parser, secret, sink); };
+  r.stream = [up, parser, secret = t.jupyter_token](StreamSink& sink) { return relay_body<Stream>(up, parser, secret, sink); };
   co_return r;
 }
 
 // Instance -> browser; the only writer of the browser's socket.
-asio::awaitable<void> pump_down(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel) {
+template <class Stream>
+asio::awaitable<void> pump_down(websocket::stream<Stream>* up, WebSocketChannel* channel) {
   for (;;) {
     beast::flat_buffer buffer;
     auto [ec, n] = co_await up->async_read(buffer, use_tuple);
@@ -213,7 +278,8 @@ asio::awaitable<void> pump_down(websocket::stream<beast::tcp_stream>* up, WebSoc
 }
 
 // Browser -> instance; the only writer of the instance's socket.
-asio::awaitable<void> pump_up(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel) {
+template <class Stream>
+asio::awaitable<void> pump_up(websocket::stream<Stream>* up, WebSocketChannel* channel) {
   for (;;) {
     auto message = co_await channel->read();
     if (!message) break;
@@ -228,7 +294,8 @@ asio::awaitable<void> pump_up(websocket::stream<beast::tcp_stream>* up, WebSocke
 }
 
 // Both pumps, then stops the watcher.
-asio::awaitable<void> pump_both(websocket::stream<beast::tcp_stream>* up, WebSocketChannel* channel, bool* done,
+template <class Stream>
+asio::awaitable<void> pump_both(websocket::stream<Stream>* up, WebSocketChannel* channel, bool* done,
                                 asio::steady_timer* watcher) {
   co_await (pump_down(up, channel) && pump_up(up, channel));
   *done = true;
@@ -238,7 +305,8 @@ asio::awaitable<void> pump_both(websocket::stream<beast::tcp_stream>* up, WebSoc
 // Cuts the relay once the caller's token or session is revoked (a logout, a password change),
 // its user disabled or demoted: the timer is parked with the app's waiters, so a revoke wakes
 // it at once (as for terminals).
-asio::awaitable<void> watch_access(App* app, AccessWatch access, websocket::stream<beast::tcp_stream>* up,
+template <class Stream>
+asio::awaitable<void> watch_access(App* app, AccessWatch access, websocket::stream<Stream>* up,
                                    const bool* done, asio::steady_timer* timer) {
   struct Parked {
     std::weak_ptr<App::Waiters> waiters;
@@ -262,10 +330,11 @@ asio::awaitable<void> watch_access(App* app, AccessWatch access, websocket::stre
   }
 }
 
+template <class Stream>
 asio::awaitable<void> relay_websocket(App* app, Request request, Target t, std::string token, auth::Principal principal,
                                       WebSocketChannel* channel) {
-  websocket::stream<beast::tcp_stream> up(co_await asio::this_coro::executor);
-  if (auto s = co_await connect(beast::get_lowest_layer(up), t); !s) {
+  websocket::stream<Stream> up(co_await asio::this_coro::executor);
+  if (auto s = co_await connect(*app, beast::get_lowest_layer(up), t); !s) {
     std::string reason = s.error().detail;  // a named local: g++ 12, see architecture.md
     co_await channel->close(1011, std::move(reason));
     co_return;
@@ -297,11 +366,13 @@ asio::awaitable<Result<Response>> proxy(RequestContext& ctx, Service service) {
     Response r{101, "", "", {}, {}, {}};
     r.websocket = [app = &ctx.app, request = ctx.request, t = std::move(*target), token = App::bearer_token(ctx.request),
                    principal = ctx.caller()](WebSocketChannel& channel) {
-      return relay_websocket(app, request, t, token, principal, &channel);
+      if (t.remote) return relay_websocket<LinkStream>(app, request, t, token, principal, &channel);
+      return relay_websocket<beast::tcp_stream>(app, request, t, token, principal, &channel);
     };
     co_return r;
   }
-  co_return co_await proxy_http(ctx, std::move(*target));
+  if (target->remote) co_return co_await proxy_http<LinkStream>(ctx, std::move(*target));
+  co_return co_await proxy_http<beast::tcp_stream>(ctx, std::move(*target));
 }
 
 asio::awaitable<Result<Response>> jupyter(RequestContext& ctx) { return proxy(ctx, Service::jupyter); }
