@@ -13,6 +13,39 @@ bool system_disk_overrun(std::optional<std::int64_t> used, std::int64_t gib) {
   return used && gib > 0 && *used > gib * kGiBBytes;
 }
 
+namespace {
+
+// A host's engine started or stopped enforcing system disk sizes (its first report, or a
+// storage driver changed): its live instances' system disks start or stop counting in its
+// pool. Instances already there count whatever the pool's capacity (they exist; the pool may
+// go over, and then refuses new takes). Each instance moves once (conditional on what it
+// holds), so two replicas recording the same report count nothing twice.
+Status recount_system_disks(store::Database& db, const std::string& host_id, bool enforced) {
+  auto rows = db.all("SELECT id, system_disk_gib, disk_pool_bytes FROM instances WHERE host_id = ? AND "
+                     "state != 'released'",
+                     {host_id});
+  if (!rows) return fail(rows.error());
+  std::int64_t moved = 0;
+  for (const auto& row : *rows) {
+    const std::string id = row.text(0);
+    const std::int64_t bytes = row.int64(1) * kGiBBytes, held = row.int64(2);
+    if (enforced && held == 0 && bytes > 0) {
+      if (auto s = db.run("UPDATE instances SET disk_pool_bytes = ? WHERE id = ? AND disk_pool_bytes = 0", {bytes, id}); !s)
+        return s;
+      if (db.changes() == 1) moved += bytes;
+    } else if (!enforced && held > 0) {
+      if (auto s = db.run("UPDATE instances SET disk_pool_bytes = 0 WHERE id = ? AND disk_pool_bytes = ?", {id, held}); !s)
+        return s;
+      if (db.changes() == 1) moved -= held;
+    }
+  }
+  if (moved == 0) return ok();
+  return db.run("UPDATE hosts SET disk_pool_provisioned_bytes = MAX(0, disk_pool_provisioned_bytes + ?) WHERE id = ?",
+                {moved, host_id});
+}
+
+}  // namespace
+
 Status record_system_disk_report(store::Database& db, const std::string& host_name, const json::object& observed,
                                  SysTime now) {
   if (const auto* sd = observed.if_contains("system_disk"); sd && sd->is_object()) {
@@ -21,10 +54,15 @@ Status record_system_disk_report(store::Database& db, const std::string& host_na
     const auto* reason = o.if_contains("reason");
     if (enforced && enforced->is_bool()) {
       std::string why = reason && reason->is_string() ? std::string(reason->as_string()) : std::string();
+      auto host = db.one("SELECT id, system_disk_enforced FROM hosts WHERE name = ?", {host_name});
+      if (!host) return fail(host.error());
       if (auto s = db.run("UPDATE hosts SET system_disk_enforced = ?, system_disk_reason = ? WHERE name = ?",
                           {enforced->as_bool(), why, host_name});
           !s)
         return s;
+      const bool was = *host && (*host)->opt_int64(1).value_or(0) != 0;
+      if (*host && was != enforced->as_bool())
+        if (auto s = recount_system_disks(db, (*host)->text(0), enforced->as_bool()); !s) return s;
     }
   }
   const auto* instances = observed.if_contains("instances");

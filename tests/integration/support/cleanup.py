@@ -9,7 +9,8 @@ the test process that wrote it for as long as that process lives.
                              then the lease (./dev test runs this before the tests)
 
 Kinds: container NAME, containers-label K=V, images-label K=V, network NAME, nft-table FAMILY NAME,
-iptables-comment CHAIN COMMENT, netns NAME, disk-dir /tmp/DIR (its mounts, loop devices, files).
+iptables-comment CHAIN COMMENT, netns NAME, disk-dir /tmp/DIR (its mounts, loop devices, files),
+mounts-under /tmp/DIR (its mounts and loop devices; the files stay).
 Only what a lease names is touched.
 """
 import fcntl
@@ -86,10 +87,22 @@ def remove(kind, value):
         run("ip", "netns", "delete", value)
     elif kind == "disk-dir":
         remove_disk_dir(value)
+    elif kind == "mounts-under":
+        unmount_under(value)
 
 
 def remove_disk_dir(root):
     """A disk test's directory: its mounts (deepest first), the loop devices of its files, then it."""
+    root = os.path.realpath(root)
+    if root in ("/", "") or not root.startswith("/tmp/"):
+        return
+    unmount_under(root)
+    run("rm", "-rf", "--one-file-system", root)
+
+
+def unmount_under(root):
+    """The mounts under a directory (deepest first) and the loop devices of its files; the
+    files stay (a failed test's daemon directory is kept to be read)."""
     root = os.path.realpath(root)
     if root in ("/", "") or not root.startswith("/tmp/"):
         return
@@ -113,7 +126,6 @@ def remove_disk_dir(root):
             continue
         if backing.startswith(root + "/"):
             run("losetup", "--detach", "/dev/" + name)
-    run("rm", "-rf", "--one-file-system", root)
 
 
 def release(path):
@@ -123,7 +135,7 @@ def release(path):
     except OSError:
         return
     # Containers first: a network or an image in use cannot be removed.
-    order = ["container", "containers-label", "images-label", "disk-dir", "network", "nft-table", "iptables-comment",
+    order = ["container", "containers-label", "images-label", "disk-dir", "mounts-under", "network", "nft-table", "iptables-comment",
              "netns"]
     entries = [line.split(" ", 1) for line in lines if " " in line]
     for kind in order:

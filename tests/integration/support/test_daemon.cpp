@@ -324,6 +324,9 @@ void TestDaemon::start(const std::string& armed_fault_point) {
       lease_->add("network", "gpucloud-" + id);
       lease_->add("nft-table", "ip gpucloud-" + id);
       lease_->add("iptables-comment", "DOCKER-USER gpucloud:gpucloud-" + id);
+      // Its data disks stay mounted (and their loop devices attached) after it stops, as a
+      // real host's do across restarts; a directory of its own only (replicas share one).
+      if (options_.data_dir.empty()) lease_->add("mounts-under", data_dir_ + "/agent");
     }
   }
 }
