@@ -61,8 +61,8 @@ InstanceRuntime::InstanceRuntime(net::any_io_executor loop, std::string installa
       init_script_path_(std::move(init_script_path)),
       firewall_(std::move(firewall_table)),
       options_(options),
-      start_lock_(std::make_unique<AsyncLock>()),
-      network_lock_(std::make_unique<AsyncLock>()),
+      start_lock_(std::make_shared<AsyncLock>()),
+      network_lock_(std::make_shared<AsyncLock>()),
       images_(std::make_unique<ImageSaver>(*driver_, installation_id_)) {
   if (options_.state_write_observer) store_.set_write_observer(options_.state_write_observer);
 }
@@ -202,8 +202,8 @@ awaitable<Status> InstanceRuntime::start_on_strand() {
   std::map<std::string, DiskRuntime::RunningInstance> with_disks;  // running containers' data disks
   for (auto& [id, slot] : instances_) {
     if (!slot->record) continue;
-    co_await slot->lock.lock();
-    runtime_detail::Unlocker guard(slot->lock);
+    co_await slot->lock->lock();
+    runtime_detail::Unlocker guard(*slot->lock);
     if (!slot->record) continue;
     auto found = co_await driver_->recover(driver_state_for(*slot->record));
     if (!found || (found->exists && found->running)) {

@@ -393,8 +393,8 @@ class InstanceRuntime {
 
   bool started_ = false;
   bool start_held_ = false;  // hold_start(): nothing starts it lazily until start()
-  std::unique_ptr<AsyncLock> start_lock_;    // loading the state directory
-  std::unique_ptr<AsyncLock> network_lock_;  // choosing and creating the network
+  std::shared_ptr<AsyncLock> start_lock_;    // loading the state directory
+  std::shared_ptr<AsyncLock> network_lock_;  // choosing and creating the network
   std::optional<NetworkRecord> network_;
   bool network_checked_ = false;
   std::map<std::string, std::unique_ptr<Instance>> instances_;

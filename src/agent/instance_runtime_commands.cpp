@@ -61,8 +61,8 @@ awaitable<Result<json::object>> InstanceRuntime::remove(json::object desired) {
   if (!generation) co_return fail(std::move(generation.error()));
   if (auto s = co_await ensure_started(); !s) co_return fail(std::move(s.error()));
   Instance& slot = instance_slot(id);
-  co_await slot.lock.lock();
-  Unlocker guard(slot.lock);
+  co_await slot.lock->lock();
+  Unlocker guard(*slot.lock);
   if (auto s = co_await check_fence(slot, id, *generation); !s) co_return fail(std::move(s.error()));
   const std::int64_t removed_at = std::max(*generation, slot.record ? slot.record->generation : 0);
 
@@ -380,8 +380,8 @@ awaitable<Result<json::object>> InstanceRuntime::save_image(json::object desired
   const std::string id = request->instance_id;
   Instance& slot = instance_slot(id);
   // Under the instance's lock: no stop, start or rebuild moves the container meanwhile.
-  co_await slot.lock.lock();
-  Unlocker guard(slot.lock);
+  co_await slot.lock->lock();
+  Unlocker guard(*slot.lock);
   if (!slot.record || slot.record->container_id.empty())
     co_return fail(ErrorCode::not_found, "instance " + id + " has no container on this host");
   if (request->base.empty()) request->base = slot.record->desired.image;

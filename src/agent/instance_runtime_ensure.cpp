@@ -111,8 +111,8 @@ awaitable<Result<json::object>> InstanceRuntime::ensure(json::object desired) {
   if (auto s = check_ports_free(spec); !s) co_return fail(std::move(s.error()));
 
   Instance& slot = instance_slot(id);
-  co_await slot.lock.lock();
-  Unlocker guard(slot.lock);
+  co_await slot.lock->lock();
+  Unlocker guard(*slot.lock);
   // Fenced before anything is touched: an older command (a retry that lost a race, a
   // reordered delivery) must not undo what a newer one did.
   if (auto s = co_await check_fence(slot, id, *generation); !s) co_return fail(std::move(s.error()));

@@ -247,8 +247,8 @@ awaitable<Status> InstanceRuntime::write_hostname_file(std::string id, std::stri
 
 awaitable<Status> InstanceRuntime::repair_holder(std::string id) {
   Instance& slot = instance_slot(id);
-  co_await slot.lock.lock();
-  Unlocker guard(slot.lock);
+  co_await slot.lock->lock();
+  Unlocker guard(*slot.lock);
   if (!slot.record || slot.record->holder.id.empty() || slot.record->desired.state != "running" ||
       slot.record->container_id.empty())
     co_return ok();

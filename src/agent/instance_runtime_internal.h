@@ -27,7 +27,9 @@ namespace gpucloud::agent {
 
 // ---- an awaitable mutex for coroutines on one strand ---------------------------------------
 
-class InstanceRuntime::AsyncLock {
+// Shared with the guards that hold it: a coroutine destroyed with the io_context after the
+// runtime (a SIGTERM while it waited or held the lock) unlocks a lock that still exists.
+class InstanceRuntime::AsyncLock : public std::enable_shared_from_this<InstanceRuntime::AsyncLock> {
  public:
   boost::asio::awaitable<void> lock() {
     while (locked_) {
@@ -54,22 +56,23 @@ class InstanceRuntime::AsyncLock {
 
 struct InstanceRuntime::Instance {
   std::optional<InstanceRecord> record;  // nullopt: no record (the slot exists for its lock)
-  AsyncLock lock;
+  std::shared_ptr<AsyncLock> lock = std::make_shared<AsyncLock>();
 };
 
 namespace runtime_detail {
 
-// Releases an AsyncLock-like object when the scope ends (co_return included).
+// Releases an AsyncLock-like object when the scope ends (co_return included); keeps it alive
+// until then (see AsyncLock).
 template <class Lock>
 class Unlocker {
  public:
-  explicit Unlocker(Lock& lock) : lock_(&lock) {}
+  explicit Unlocker(Lock& lock) : lock_(lock.shared_from_this()) {}
   ~Unlocker() { lock_->unlock(); }
   Unlocker(const Unlocker&) = delete;
   Unlocker& operator=(const Unlocker&) = delete;
 
  private:
-  Lock* lock_;
+  std::shared_ptr<Lock> lock_;
 };
 
 inline bool contains(std::string_view haystack, std::string_view needle) {

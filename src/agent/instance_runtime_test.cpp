@@ -285,6 +285,45 @@ TEST_F(InstanceRuntimeFirewallFirst, AFailedApplyKeepsTheOldRecord) {
   EXPECT_EQ(saved_record().desired.ports[0].allowed, std::vector<std::string>{"0.0.0.0/0"});
 }
 
+// A SIGTERM while a command waits on the engine under an instance's lock (here a remove,
+// whose engine does not answer): the daemon destroys the agent and the runtime, then the
+// io_context with the command suspended in it. The command's guard must not unlock a freed
+// lock (under ASan this was a heap-use-after-free, as DiskRuntime's was).
+TEST(InstanceRuntimeShutdown, ACommandSuspendedOnTheEngineOutlivesTheRuntime) {
+  const fs::path dir = fs::temp_directory_path() / ("gpucloud-shutdown-" + random_hex(10));
+  fs::create_directories(dir);
+  AgentStateStore store((dir / "state").string());
+  InstanceRecord record;
+  record.desired.instance_id = "i1";
+  record.desired.name = "box";
+  record.desired.image = "img";
+  record.container_id = "c-1";
+  record.generation = 1;
+  ASSERT_TRUE(store.save_instance(record));
+  // An engine that takes the connection (its backlog) and never answers.
+  net::io_context engine_io;
+  net::local::stream_protocol::acceptor silent(engine_io, net::local::stream_protocol::endpoint((dir / "slow.sock").string()));
+  auto io = std::make_unique<net::io_context>();
+  DockerEngineDriver::Options options;
+  options.engine.socket_path = (dir / "slow.sock").string();
+  options.engine.timeout = std::chrono::seconds(30);
+  auto runtime = std::make_unique<InstanceRuntime>(io->get_executor(), "shutdown", (dir / "state").string(),
+                                                   std::make_unique<DockerEngineDriver>(io->get_executor(), options), "",
+                                                   "gpucloud-shutdown-unused");
+  auto agent = std::make_unique<LocalAgent>(io->get_executor(), one_host_config());
+  runtime->register_handlers(*agent);
+  bool finished = false;
+  Command remove{"c-remove", "test-host", "instance.remove", json::object{{"instance_id", "i1"}, {"generation", 2}}};
+  net::co_spawn(*io, agent->execute(std::move(remove)), [&](std::exception_ptr, Result<CommandOutcome>) { finished = true; });
+  io->run_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(finished) << "the remove was to wait on the engine";
+  agent.reset();
+  runtime.reset();
+  io.reset();  // destroys the suspended remove, whose guard unlocks the instance's lock
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
+
 TEST(InstanceRecordJson, KeepsTheGenerationAndReadsOldRecordsAsZero) {
   InstanceRecord r;
   r.desired.instance_id = "i1";
