@@ -16,8 +16,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/unique_temp_dir.h"
 #include "support/capabilities.h"
 #include "support/netns_client.h"
+#include "support/postgres_test_db.h"
 #include "support/proxy_clients.h"
 #include "support/test_daemon.h"
 #include "support/test_resources.h"
@@ -623,6 +625,95 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheProxiesReachAnInstanceOnARemoteHostOverTheA
 
   ASSERT_EQ(d.request("DELETE", "/api/v1/instances/" + id, "", owner).status, 202);
   EXPECT_TRUE(wait_until([&] { return d.get("/api/v1/instances/" + id, owner).json().at("state") == "released"; }, 60s,
+                         "released"));
+  agent.stop();
+}
+
+// Replicas (issue 27) on one PostgreSQL store and one data directory: the remote agent's link
+// is held by replica A; a proxied request that reaches replica B goes to A's own proxy (the
+// caller's token, the relay header, never relayed twice), which carries it over the link:
+// HTTP and Jupyter's WebSocket alike.
+TEST(RemoteAgentTest, DOCKER_ROOT_POSTGRES_AProxyThroughAnotherReplicaGoesThroughTheOneHoldingTheLink) {
+  GPUCLOUD_NEED_ENGINE();
+  GPUCLOUD_NEED_POSTGRES();
+  GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
+  PostgresTestDatabase pg;
+  ASSERT_TRUE(pg.ok());
+  struct Shared {
+    fs::path path = unique_temp_dir("gpucloud-replicas");
+    ~Shared() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } shared;
+  Fleet fleet;
+  std::string why;
+  fleet.nets.push_back(ClientHost::make(fleet.subnet, 0, &why));
+  ASSERT_NE(fleet.nets.back(), nullptr) << why;
+  const int block = port_block();
+  const std::string store = "[store]\nurl = \"" + pg.url() + "\"\npassword_file = \"" + test_postgres()->password_file + "\"\n";
+  const std::string node_ports = std::to_string(block + 10) + "-" + std::to_string(block + 39);
+  DaemonOptions a_options, b_options;
+  a_options.config_toml = control_plane_config(block, {fleet.nets[0]->host_ip()}, node_ports) + store;
+  a_options.data_dir = (shared.path / "data").string();
+  b_options.config_toml = control_plane_config(block + 90, {fleet.nets[0]->host_ip()}, node_ports) + store;
+  b_options.data_dir = a_options.data_dir;
+  TestDaemon a(a_options), b(b_options);
+  a.start();
+  b.start();
+  const std::string admin = a.admin_token();
+  AgentProcess agent("remote-r", fleet.nets[0]->netns(), fs::path(a.dir()) / "agents" / "remote-r",
+                     std::to_string(block + 40) + "-" + std::to_string(block + 89));
+  agent.start("https://" + fleet.nets[0]->host_ip() + ":" + std::to_string(block), join_token(a, admin, "remote-r"));
+  ASSERT_TRUE(wait_until([&] { return host_state(b, admin, "remote-r") == "ready"; }, 60s, "remote-r ready"))
+      << agent.log();
+
+  const std::string owner = a.register_and_login("relay-owner");
+  auto made = a.post("/api/v1/instances",
+                     json::object{{"name", "gpu-relay"}, {"gpu_model", "RTX 4090"}, {"gpu_count", 1}, {"ports", json::array{22, 8000}}},
+                     owner);
+  ASSERT_EQ(made.status, 202) << made.body;
+  auto running = a.wait_for_state("gpu-relay", "running", owner, 90s);
+  ASSERT_EQ(running.at("host"), "remote-r") << running;
+  const std::string id(running.at("id").as_string());
+  exec_detached("gpucloud-" + agent.installation() + "-" + id,
+                "mkdir -p /srv/site && echo relayed-$((6*7)) > /srv/site/hello.txt && "
+                "cd /srv/site && exec python3 -m http.server 8000 >/tmp/http.log 2>&1");
+  const std::string base = "/api/v1/instances/gpu-relay/proxy/8000";
+  HttpResult page;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        page = b.get(base + "/hello.txt", owner);
+        return page.status == 200;
+      },
+      30s, "the instance's web server through replica B", 200ms))
+      << page.status << " " << page.body << "\nB:\n" << b.log();
+  EXPECT_EQ(page.body, "relayed-42\n");
+  EXPECT_NE(b.log().find(R"("event":"proxy_relayed")"), std::string::npos) << b.log();
+  EXPECT_EQ(a.log().find(R"("event":"proxy_relayed")"), std::string::npos) << "A holds the link: it serves, never relays";
+  EXPECT_EQ(b.get(base + "/hello.txt", a.register_and_login("relay-other")).status, 404);
+
+  // Jupyter through B: its API, a kernel and a cell over the kernel's WebSocket.
+  const std::string nb = "/api/v1/instances/" + id + "/jupyter";
+  HttpResult status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        status = b.get(nb + "/api/status", owner);
+        return status.status == 200;
+      },
+      60s, "Jupyter through replica B", 300ms))
+      << status.status << " " << status.body;
+  auto kernel = b.request("POST", nb + "/api/kernels", "{}", owner);
+  ASSERT_EQ(kernel.status, 201) << kernel.body;
+  {
+    WsClient ws;
+    ws.connect(b.port(), nb + "/api/kernels/" + std::string(kernel.json().at("id").as_string()) + "/channels?session_id=s-2",
+               owner);
+    std::string seen;
+    EXPECT_EQ(run_jupyter_cell(ws, "6*7", &seen), "42") << seen;
+  }
+  ASSERT_EQ(a.request("DELETE", "/api/v1/instances/" + id, "", owner).status, 202);
+  EXPECT_TRUE(wait_until([&] { return a.get("/api/v1/instances/" + id, owner).json().at("state") == "released"; }, 60s,
                          "released"));
   agent.stop();
 }

@@ -8,7 +8,9 @@
 // a TCP connection to its bridge address; one on a remote host (whose bridge this machine
 // cannot route to) by a connection its agent makes, carried as a stream on the agent's link
 // (connection_open, agentlink/terminal_messages.h) and bridged here through a socket pair, so
-// the same HTTP and WebSocket code runs over either.
+// the same HTTP and WebSocket code runs over either. With replicas (issue 27), a remote host
+// whose agent's link another replica holds is reached through that replica: the request goes
+// to the same path there, with the caller's token and the relay header (never relayed twice).
 //
 // Bounded and never blocking: a connection to the instance per request (5 s to connect);
 // a response up to 4 MiB with a length is relayed whole (the browser's connection stays open),
@@ -21,6 +23,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
 #include "agent/local_agent.h"
@@ -28,6 +31,7 @@
 #include "server/app.h"
 #include "server/browser_session.h"
 #include "server/instance_proxy.h"
+#include "server/replica_terminal.h"
 
 namespace gpucloud::server {
 namespace asio = boost::asio;
@@ -52,14 +56,22 @@ constexpr auto kStreamIdleTimeout = std::chrono::minutes(10);
 
 enum class Service { jupyter, port };
 
+// How the proxy reaches the service.
+enum class Route {
+  bridge,      // the instance's bridge address (its host is served in-process)
+  agent_link,  // a connection its remote host's agent makes (agentlink/terminal_messages.h)
+  replica,     // the replica holding that agent's link, which proxies it (address: its API)
+};
+
 struct Target {
   std::string instance_id, host;
-  bool remote = false;  // its host is served over an agent's link, not in-process
-  std::string address;  // the instance's IPv4 on the bridge
+  Route route = Route::bridge;
+  std::string address;  // the instance's IPv4 on the bridge; for Route::replica its API's host
   int port = 0;
-  std::string path;     // request target at the instance
+  std::string path;     // request target at the instance (at the replica: the browser's own)
   std::string prefix;   // what the browser's path had before it
   std::string jupyter_token;
+  std::string relay_token;  // Route::replica: the caller's token, which the replica authenticates
 };
 
 // The owner's running instance and where its service is; not_found for anyone else.
@@ -94,8 +106,9 @@ asio::awaitable<Result<Target>> resolve(RequestContext& ctx, Service service) {
   t.address = *instance->ipv4;
   t.instance_id = instance->id;
   t.host = instance->host_name.value_or("");
-  t.remote = true;
-  for (const auto& h : agent::LocalAgent::effective_hosts(ctx.app.config())) t.remote = t.remote && h.name != t.host;
+  t.route = Route::agent_link;
+  for (const auto& h : agent::LocalAgent::effective_hosts(ctx.app.config()))
+    if (h.name == t.host) t.route = Route::bridge;
   auto target = upstream_target(ctx.request.path, t.prefix, ctx.request.query_string);
   if (!target) co_return fail(ErrorCode::not_found, "no such path: " + ctx.request.path);
   // Notebook's base_url is /api/v1/instances/ID/jupyter/ (by id, whatever the browser named).
@@ -117,6 +130,29 @@ void copy_request_headers(const Request& request, const Target& t, Fields& out) 
   out.set("X-Forwarded-Proto", request_is_https(request) ? "https" : "http");
   out.set("X-Forwarded-For", request.client_address);
   out.set("X-Forwarded-Prefix", t.prefix);
+  if (t.route == Route::replica) {
+    out.set(http::field::authorization, "Bearer " + t.relay_token);
+    out.set(kReplicaRelayHeader, "1");
+  }
+}
+
+// The replica that holds the instance's host's agent link, when it is not this one (and the
+// request did not come from another replica): the target becomes that replica's own proxy.
+asio::awaitable<void> route_through_replica(RequestContext& ctx, Target& t) {
+  if (t.route != Route::agent_link || !ctx.request.header(kReplicaRelayHeader).empty()) co_return;
+  auto other = co_await ctx.app.other_replica_serving(t.host);
+  if (!other) co_return;
+  auto url = boost::urls::parse_absolute_uri(*other);
+  if (!url || url->scheme() != "http" || !url->has_authority()) co_return;  // the link's error then says why
+  std::string host(url->encoded_host_name());
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  t.route = Route::replica;
+  t.address = host;
+  t.port = url->has_port() ? static_cast<int>(url->port_number()) : 80;
+  t.path = encode_path(ctx.request.path) + (ctx.request.query_string.empty() ? "" : "?" + ctx.request.query_string);
+  t.jupyter_token.clear();  // the serving replica adds it
+  t.relay_token = App::bearer_token(ctx.request);
+  spdlog::info(R"({{"event":"proxy_relayed","instance":"{}","to":"{}"}})", t.instance_id, *other);
 }
 
 asio::awaitable<Result<void>> connect(beast::tcp_stream& stream, const Target& t) {
@@ -174,7 +210,25 @@ asio::awaitable<Result<void>> connect(App& app, LinkStream& stream, const Target
   asio::co_spawn(executor, bridge_link(std::move(shared), std::move(far)), asio::detached);
   co_return Result<void>{};
 }
-asio::awaitable<Result<void>> connect(App&, beast::tcp_stream& stream, const Target& t) { return connect(stream, t); }
+// The serving replica's API, by name (a replica's address may be a host name).
+asio::awaitable<Result<void>> connect_replica(beast::tcp_stream& stream, const Target& t) {
+  tcp::resolver resolver(co_await asio::this_coro::executor);
+  auto [resolve_ec, endpoints] = co_await resolver.async_resolve(t.address, std::to_string(t.port), use_tuple);
+  if (resolve_ec)
+    co_return fail(ErrorCode::unavailable, "the replica serving the instance's host (" + t.address + ") cannot be resolved: " +
+                                               resolve_ec.message());
+  stream.expires_after(kConnectTimeout);
+  auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, use_tuple);
+  if (connect_ec)
+    co_return fail(ErrorCode::unavailable, "the replica serving the instance's host (" + t.address + ":" +
+                                               std::to_string(t.port) + ") does not answer: " + connect_ec.message());
+  co_return Result<void>{};
+}
+
+asio::awaitable<Result<void>> connect(App&, beast::tcp_stream& stream, const Target& t) {
+  if (t.route == Route::replica) return connect_replica(stream, t);
+  return connect(stream, t);
+}
 
 template <class Stream>
 struct Upstream {
@@ -362,16 +416,17 @@ asio::awaitable<void> relay_websocket(App* app, Request request, Target t, std::
 asio::awaitable<Result<Response>> proxy(RequestContext& ctx, Service service) {
   auto target = co_await resolve(ctx, service);
   if (!target) co_return tl::unexpected(target.error());
+  co_await route_through_replica(ctx, *target);
   if (ctx.request.websocket_upgrade) {
     Response r{101, "", "", {}, {}, {}};
     r.websocket = [app = &ctx.app, request = ctx.request, t = std::move(*target), token = App::bearer_token(ctx.request),
                    principal = ctx.caller()](WebSocketChannel& channel) {
-      if (t.remote) return relay_websocket<LinkStream>(app, request, t, token, principal, &channel);
+      if (t.route == Route::agent_link) return relay_websocket<LinkStream>(app, request, t, token, principal, &channel);
       return relay_websocket<beast::tcp_stream>(app, request, t, token, principal, &channel);
     };
     co_return r;
   }
-  if (target->remote) co_return co_await proxy_http<LinkStream>(ctx, std::move(*target));
+  if (target->route == Route::agent_link) co_return co_await proxy_http<LinkStream>(ctx, std::move(*target));
   co_return co_await proxy_http<beast::tcp_stream>(ctx, std::move(*target));
 }
 
