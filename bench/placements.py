@@ -11,9 +11,7 @@ Cases, in one run, on one host of 56 simulated RTX 4090 (in-process, the machine
   sqlite           one gpucloudd on SQLite;
   postgresql x1    one gpucloudd on a PostgreSQL database;
   postgresql x2    two gpucloudd on one database (same config and data directory; the leader
-                   serves the host), the creates alternating between them;
-  ... no lock      the PostgreSQL cases again with the cluster write lock off
-                   (GPUCLOUD_BENCH_NO_CLUSTER_WRITE_LOCK, store.h): what it changes.
+                   serves the host), the creates alternating between them.
 Each case: one warm-up create, then N (48) one-GPU creates from W (8) client threads, each on
 its own keep-alive connection; placements/s = N / the wall time from the first request to the
 last answer; p50/p99 of the answers' latency. Then every instance is released and the case's
@@ -116,8 +114,8 @@ class Api:
 
 
 class Case:
-    def __init__(self, name, store, replicas, work, env=None):
-        self.name, self.replicas, self.env = name, replicas, env or {}
+    def __init__(self, name, store, replicas, work):
+        self.name, self.replicas = name, replicas
         self.dir = work / name.replace(" ", "-")
         self.dir.mkdir()
         (self.dir / "gpucloud.toml").write_text(CONFIG.format(gpus=min(64, CREATES + 8), store=store))
@@ -126,7 +124,7 @@ class Case:
     def start(self):
         for i in range(self.replicas):
             log = open(self.dir / f"log-{i}", "w")
-            env = dict(os.environ, GPUCLOUD_ADMIN_PASSWORD="admin-password-1", **self.env)
+            env = dict(os.environ, GPUCLOUD_ADMIN_PASSWORD="admin-password-1")
             proc = subprocess.Popen([BIN, "--config", str(self.dir / "gpucloud.toml"), "--listen", "127.0.0.1:0",
                                      "--data-dir", str(self.dir / "data")], stdout=log, stderr=subprocess.STDOUT, env=env)
             self.procs.append(proc)
@@ -235,14 +233,12 @@ def main():
     databases = []
     try:
         cases = [Case("sqlite", "", 1, work)]
-        no_lock = {"GPUCLOUD_BENCH_NO_CLUSTER_WRITE_LOCK": "1"}
-        for n, (name, replicas, env) in enumerate((("postgresql x1", 1, None), ("postgresql x2", 2, None),
-                                                   ("pg x1 no lock", 1, no_lock), ("pg x2 no lock", 2, no_lock))):
-            db = f"placements_{os.getpid()}_{n}"
+        for name, replicas in (("postgresql x1", 1), ("postgresql x2", 2)):
+            db = f"placements_{os.getpid()}_{replicas}"
             psql(url, password_file, f"CREATE DATABASE {db}")
             databases.append(db)
             store = f'[store]\nurl = "{url.rsplit("/", 1)[0]}/{db}"\npassword_file = "{password_file}"\n'
-            cases.append(Case(name, store, replicas, work, env))
+            cases.append(Case(name, store, replicas, work))
         print(f"placements — {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {os.cpu_count()} CPUs, "
               f"{CREATES} one-GPU creates from {WORKERS} clients per case, {BIN}")
         results = [run_case(c) for c in cases]

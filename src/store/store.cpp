@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -33,32 +32,6 @@ void Store::pause_before_retry(int attempt) {
   std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, ceiling_us)(random)));
 }
 
-Status Store::begin_write() {
-  // Benchmarks only (bench/placements.py): the same binary without the lock, for comparison.
-  static const bool lock_off = std::getenv("GPUCLOUD_BENCH_NO_CLUSTER_WRITE_LOCK") != nullptr;
-  if (dialect_ != Dialect::postgres || lock_off) return writer_->exec_script(writer_->begin_write());
-  // The lock is a session lock (it outlives the COMMIT that closes the statements' implicit
-  // transaction); the BEGIN after it takes the snapshot once it is held.
-  std::string script = "SET lock_timeout = '" + std::string(kClusterWriteLockWait) + "'; SELECT pg_advisory_lock(" +
-                       std::to_string(kClusterWriteLockKey) + "); SET lock_timeout = 0; COMMIT; " +
-                       std::string(writer_->begin_write());
-  if (writer_->exec_script(script)) {
-    cluster_write_lock_held_ = true;
-    return ok();
-  }
-  // Not within the wait (or the script failed later: then it is given back; unlocking a lock
-  // not held only warns): the transaction alone.
-  (void)writer_->exec_script("ROLLBACK; SELECT pg_advisory_unlock(" + std::to_string(kClusterWriteLockKey) + ")");
-  (void)writer_->take_retryable_failure();
-  return writer_->exec_script(writer_->begin_write());
-}
-
-void Store::release_cluster_write_lock() {
-  if (!cluster_write_lock_held_) return;
-  cluster_write_lock_held_ = false;
-  (void)writer_->exec_script("SELECT pg_advisory_unlock(" + std::to_string(kClusterWriteLockKey) + ")");
-}
-
 Status Store::commit_write() {
   std::string script;
   if (dialect_ == Dialect::postgres) {
@@ -68,12 +41,8 @@ Status Store::commit_write() {
     if (writer_->event_pending()) script += "NOTIFY gpucloud_events;\n";
   }
   script += "COMMIT";
-  if (cluster_write_lock_held_) script += "; SELECT pg_advisory_unlock(" + std::to_string(kClusterWriteLockKey) + ")";
   auto committed = writer_->exec_script(script);
-  if (committed) {
-    cluster_write_lock_held_ = false;
-    return ok();
-  }
+  if (committed) return ok();
   if (commit_fence_ && commit_fence_->refused && is_lease_fence_refusal(committed.error()))
     commit_fence_->refused(committed.error());
   abandon_write();

@@ -131,7 +131,7 @@ class Store {
   template <class R, class F>
   R run_write_once(F& work) {
     (void)writer_->take_retryable_failure();
-    if (auto s = begin_write(); !s) return R(tl::unexpected(s.error()));
+    if (auto s = writer_->exec_script(writer_->begin_write()); !s) return R(tl::unexpected(s.error()));
     std::optional<R> attempt;
     try {
       attempt.emplace(work(*writer_));
@@ -151,29 +151,16 @@ class Store {
     if (auto at = writer_->take_schedule_noted(); at && on_schedule_commit_) on_schedule_commit_(*at);
     return result;
   }
-  // The start of a write transaction. On PostgreSQL the writers of every replica first queue
-  // on one advisory lock, before their transaction's snapshot: two replicas placing on one
-  // host otherwise read the same free GPUs under SERIALIZABLE, one of them fails at its
-  // commit and retries after a pause (issue 27's placements across replicas). It is waited
-  // for at most kClusterWriteLockWait, then the write goes on without it: SERIALIZABLE still
-  // decides (no invariant rests on this lock), and a paused replica holding it slows the
-  // others' writes, never stops them. In the same round trip as the BEGIN.
-  static constexpr std::int64_t kClusterWriteLockKey = 7262737403;
-  static constexpr const char* kClusterWriteLockWait = "500ms";
-  Status begin_write();
   // The end of a write transaction that succeeded: the fence, the notes for the other
-  // replicas, the COMMIT and the cluster write lock's release, as one script (one round trip
-  // on PostgreSQL); rolled back whole when any of it fails.
+  // replicas and the COMMIT, as one script (one round trip on PostgreSQL); rolled back whole
+  // when any of it fails.
   Status commit_write();
   void abandon_write() {
     (void)writer_->exec_script("ROLLBACK");
-    release_cluster_write_lock();
     (void)writer_->take_event_written();
     (void)writer_->take_billing_changes();
     (void)writer_->take_schedule_noted();
   }
-  void release_cluster_write_lock();
-  bool cluster_write_lock_held_ = false;  // writer thread only
   template <class R, class F>
   R run_read(F& work) {
     auto db = take_reader();

@@ -164,11 +164,8 @@ TEST(PostgresStoreTest, POSTGRES_AFailedTransactionRollsBackWholeAndReadsSeeOnly
 }
 
 // Two stores on one database are two control-plane replicas. Each adds to one counter by
-// reading it and writing it back. Their writers queue on the cluster write lock (store.h),
-// taken before each transaction's snapshot, so the increments follow one another instead of
-// failing under SERIALIZABLE and being run again; while another session holds that lock,
-// each write waits its 500 ms and goes on without it, and SERIALIZABLE alone still loses no
-// increment and makes none twice.
+// reading it and writing it back: under SERIALIZABLE one of two racing transactions fails, and
+// the store runs it again, so no increment is lost and none is made twice.
 TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
   GPUCLOUD_NEED_POSTGRES();
   PostgresTestDatabase pg;
@@ -177,18 +174,12 @@ TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
   auto second = Store::open_postgres(pg.options(), 1);
   ASSERT_TRUE(second) << second.error().detail;
   ASSERT_TRUE((*first)->write_now([](Database& db) { return db.run("INSERT INTO meta (key, value) VALUES ('n', '0')"); }));
-  // pg_locks shows a bigint advisory key as its high and low 32 bits.
-  const std::string held_by_me =
-      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND classid = 1 AND "
-      "objid = 2967770107";  // 7262737403 = 1 << 32 | 2967770107
-  std::atomic<int> failures{0}, attempts{0}, unlocked{0};
-  auto add = [&](Store& store, int times) {
-    for (int i = 0; i < times; ++i) {
+  constexpr int kEach = 150;
+  std::atomic<int> failures{0}, attempts{0};
+  auto add = [&](Store& store) {
+    for (int i = 0; i < kEach; ++i) {
       auto r = store.write_now([&](Database& db) -> Status {
         ++attempts;
-        auto mine = db.one(held_by_me);
-        if (!mine) return fail(mine.error());
-        if ((*mine)->int64(0) == 0) ++unlocked;
         auto row = db.one("SELECT value FROM meta WHERE key = 'n'");
         if (!row) return fail(row.error());
         const std::int64_t n = std::stoll((*row)->text(0));
@@ -197,43 +188,16 @@ TEST(PostgresStoreTest, POSTGRES_TwoReplicasRacingReadModifyWriteLoseNoUpdate) {
       if (!r) ++failures;
     }
   };
-  constexpr int kEach = 150;
-  std::thread a([&] { add(**first, kEach); });
-  std::thread b([&] { add(**second, kEach); });
+  std::thread a([&] { add(**first); });
+  std::thread b([&] { add(**second); });
   a.join();
   b.join();
   EXPECT_EQ(failures, 0);
   auto n = (*first)->read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'n'"); });
   ASSERT_TRUE(n && *n);
   EXPECT_EQ((*n)->text(0), std::to_string(2 * kEach));
-  EXPECT_EQ(unlocked.load(), 0) << "every write held the cluster write lock";
-  EXPECT_LE(attempts.load(), 2 * kEach + 2 * kEach / 20) << "queued writes barely ever conflict";
-  auto after = (*first)->write_now([&](Database& db) { return db.one(held_by_me); });
-  ASSERT_TRUE(after && *after);
-  EXPECT_EQ((*after)->int64(0), 1) << "held by this write only: released after each commit";
-
-  // Another session holds the lock (a replica paused inside a write): the writes wait for it,
-  // then go on without it, and still lose nothing.
-  auto holder = Store::open_postgres(pg.options(), 1);
-  ASSERT_TRUE(holder) << holder.error().detail;
-  ASSERT_TRUE((*holder)->read_now([](Database& db) { return db.exec_script("SELECT pg_advisory_lock(7262737403)"); }));
-  attempts = 0;
-  unlocked = 0;
-  constexpr int kWhileHeld = 4;
-  const auto began = std::chrono::steady_clock::now();
-  std::thread c([&] { add(**first, kWhileHeld); });
-  std::thread d([&] { add(**second, kWhileHeld); });
-  c.join();
-  d.join();
-  const auto took = std::chrono::steady_clock::now() - began;
-  EXPECT_EQ(failures, 0);
-  n = (*first)->read_now([](Database& db) { return db.one("SELECT value FROM meta WHERE key = 'n'"); });
-  ASSERT_TRUE(n && *n);
-  EXPECT_EQ((*n)->text(0), std::to_string(2 * kEach + 2 * kWhileHeld));
-  EXPECT_GE(unlocked.load(), 2 * kWhileHeld) << "no write got the lock another session held";
-  EXPECT_GE(took, std::chrono::milliseconds(500 * kWhileHeld)) << "each write waited for the lock first";
-  EXPECT_LT(took, std::chrono::seconds(30));
-  ASSERT_TRUE((*holder)->read_now([](Database& db) { return db.exec_script("SELECT pg_advisory_unlock(7262737403)"); }));
+  // The race happened: some transactions ran more than once.
+  EXPECT_GT(attempts.load(), 2 * kEach) << "no transaction was retried: the two replicas never raced";
 }
 
 // The leader's commit fence travels with the COMMIT (one round trip): while the lease is its

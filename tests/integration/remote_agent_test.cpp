@@ -176,6 +176,45 @@ struct Fleet {
   std::vector<std::unique_ptr<AgentProcess>> agents;
 };
 
+// One remote host and its control plane: a namespace of its own, gpucloudd listening for
+// agents at the port block's first port (its in-process node-1 on ports +10..+39), and the
+// host's agent (ports +40..+89) joined and ready. Destroyed agent first, then the daemon.
+struct OneRemoteHost {
+  // false, saying why, when a step failed (call from the test body: it ASSERTs on the result).
+  bool start(const std::string& host) {
+    fleet.nets.push_back(ClientHost::make(fleet.subnet, 0, &why));
+    if (!fleet.nets.back()) return false;
+    block = port_block();
+    d = std::make_unique<TestDaemon>(DaemonOptions{
+        .config_toml = control_plane_config(block, {fleet.nets[0]->host_ip()},
+                                            std::to_string(block + 10) + "-" + std::to_string(block + 39))});
+    d->start();
+    admin = d->admin_token();
+    agent = std::make_unique<AgentProcess>(host, fleet.nets[0]->netns(), fs::path(d->dir()) / "agents" / host,
+                                           std::to_string(block + 40) + "-" + std::to_string(block + 89));
+    agent->start("https://" + fleet.nets[0]->host_ip() + ":" + std::to_string(block), join_token(*d, admin, host));
+    if (!wait_until([&] { return host_state(*d, admin, host) == "ready"; }, 60s, host + " ready")) {
+      why = host + " did not become ready:\n" + agent->log();
+      return false;
+    }
+    return true;
+  }
+  const std::string& netns() const { return fleet.nets[0]->netns(); }
+
+  Fleet fleet;
+  int block = 0;
+  std::string why, admin;
+  std::unique_ptr<TestDaemon> d;
+  std::unique_ptr<AgentProcess> agent;
+};
+
+// Releases instance `id` through `d` and waits until it is released.
+void release_and_wait(TestDaemon& d, const std::string& id, const std::string& token) {
+  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/" + id, "", token).status, 202);
+  EXPECT_TRUE(wait_until([&] { return d.get("/api/v1/instances/" + id, token).json().at("state") == "released"; }, 60s,
+                         "released"));
+}
+
 TEST(RemoteAgentTest, DOCKER_ROOT_SLOW_ThreeAgentsInTheirOwnNamespacesSurviveAKillAndACutLink) {
   GPUCLOUD_NEED_ENGINE();
   GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
@@ -411,20 +450,11 @@ TEST(RemoteAgentTest, DOCKER_ROOT_ReusedForgedAndForeignTokensAndARevokedCertifi
 TEST(RemoteAgentTest, DOCKER_ROOT_TheWebTerminalReachesAnInstanceOnARemoteHost) {
   GPUCLOUD_NEED_ENGINE();
   GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
-  Fleet fleet;
-  std::string why;
-  fleet.nets.push_back(ClientHost::make(fleet.subnet, 0, &why));
-  ASSERT_NE(fleet.nets.back(), nullptr) << why;
-  const int block = port_block();
-  TestDaemon d({.config_toml = control_plane_config(block, {fleet.nets[0]->host_ip()},
-                                                    std::to_string(block + 10) + "-" + std::to_string(block + 39))});
-  d.start();
-  const std::string admin = d.admin_token();
-  AgentProcess agent("remote-t", fleet.nets[0]->netns(), fs::path(d.dir()) / "agents" / "remote-t",
-                     std::to_string(block + 40) + "-" + std::to_string(block + 89));
-  agent.start("https://" + fleet.nets[0]->host_ip() + ":" + std::to_string(block), join_token(d, admin, "remote-t"));
-  ASSERT_TRUE(wait_until([&] { return host_state(d, admin, "remote-t") == "ready"; }, 60s, "remote-t ready"))
-      << agent.log();
+  OneRemoteHost site;
+  ASSERT_TRUE(site.start("remote-t")) << site.why;
+  TestDaemon& d = *site.d;
+  AgentProcess& agent = *site.agent;
+  const std::string& admin = site.admin;
 
   // A GPU instance: it lands on the remote host (node-1 has no GPUs).
   const std::string owner = d.register_and_login("term-owner");
@@ -510,9 +540,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheWebTerminalReachesAnInstanceOnARemoteHost) 
   ASSERT_TRUE(wait_until([&] { return host_state(d, admin, "remote-t") == "ready"; }, 60s, "remote-t back"))
       << agent.log();
 
-  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/" + id, "", owner).status, 202);
-  EXPECT_TRUE(wait_until([&] { return d.get("/api/v1/instances/" + id, owner).json().at("state") == "released"; }, 60s,
-                         "released"));
+  release_and_wait(d, id, owner);
   agent.stop();
 }
 
@@ -525,20 +553,11 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheWebTerminalReachesAnInstanceOnARemoteHost) 
 TEST(RemoteAgentTest, DOCKER_ROOT_TheProxiesReachAnInstanceOnARemoteHostOverTheAgentsLink) {
   GPUCLOUD_NEED_ENGINE();
   GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
-  Fleet fleet;
-  std::string why;
-  fleet.nets.push_back(ClientHost::make(fleet.subnet, 0, &why));
-  ASSERT_NE(fleet.nets.back(), nullptr) << why;
-  const int block = port_block();
-  TestDaemon d({.config_toml = control_plane_config(block, {fleet.nets[0]->host_ip()},
-                                                    std::to_string(block + 10) + "-" + std::to_string(block + 39))});
-  d.start();
-  const std::string admin = d.admin_token();
-  AgentProcess agent("remote-p", fleet.nets[0]->netns(), fs::path(d.dir()) / "agents" / "remote-p",
-                     std::to_string(block + 40) + "-" + std::to_string(block + 89));
-  agent.start("https://" + fleet.nets[0]->host_ip() + ":" + std::to_string(block), join_token(d, admin, "remote-p"));
-  ASSERT_TRUE(wait_until([&] { return host_state(d, admin, "remote-p") == "ready"; }, 60s, "remote-p ready"))
-      << agent.log();
+  OneRemoteHost site;
+  ASSERT_TRUE(site.start("remote-p")) << site.why;
+  TestDaemon& d = *site.d;
+  AgentProcess& agent = *site.agent;
+  const std::string& admin = site.admin;
 
   const std::string owner = d.register_and_login("web-owner");
   auto made = d.post("/api/v1/instances",
@@ -584,7 +603,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheProxiesReachAnInstanceOnARemoteHostOverTheA
   // The agent opened those connections; its namespace could not have reached the service.
   EXPECT_NE(agent.log().find(R"("event":"agent_connection_opened")"), std::string::npos) << agent.log();
   const std::string ipv4(running.at("ipv4").as_string());
-  EXPECT_FALSE(http_get(fleet.nets[0]->netns(), ipv4, 8000, 2s).has_value())
+  EXPECT_FALSE(http_get(site.netns(), ipv4, 8000, 2s).has_value())
       << "the agent's namespace reaches " << ipv4 << " directly: the test proves nothing about the link";
 
   // Jupyter through the link: its API, a kernel and a cell over the kernel's WebSocket.
@@ -623,9 +642,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheProxiesReachAnInstanceOnARemoteHostOverTheA
       << agent.log();
   EXPECT_TRUE(wait_until([&] { return d.get(base + "/hello.txt", owner).status == 200; }, 20s, "served again", 200ms));
 
-  ASSERT_EQ(d.request("DELETE", "/api/v1/instances/" + id, "", owner).status, 202);
-  EXPECT_TRUE(wait_until([&] { return d.get("/api/v1/instances/" + id, owner).json().at("state") == "released"; }, 60s,
-                         "released"));
+  release_and_wait(d, id, owner);
   agent.stop();
 }
 
@@ -712,9 +729,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_POSTGRES_AProxyThroughAnotherReplicaGoesThroug
     std::string seen;
     EXPECT_EQ(run_jupyter_cell(ws, "6*7", &seen), "42") << seen;
   }
-  ASSERT_EQ(a.request("DELETE", "/api/v1/instances/" + id, "", owner).status, 202);
-  EXPECT_TRUE(wait_until([&] { return a.get("/api/v1/instances/" + id, owner).json().at("state") == "released"; }, 60s,
-                         "released"));
+  release_and_wait(a, id, owner);
   agent.stop();
 }
 
@@ -724,20 +739,11 @@ TEST(RemoteAgentTest, DOCKER_ROOT_POSTGRES_AProxyThroughAnotherReplicaGoesThroug
 TEST(RemoteAgentTest, DOCKER_ROOT_AControlPlaneKilledInsideACreateAndAStopFinishesEachOnce) {
   GPUCLOUD_NEED_ENGINE();
   GPUCLOUD_NEED("nsenter", fs::exists("/usr/bin/nsenter"), "needs nsenter (util-linux)");
-  Fleet fleet;
-  std::string why;
-  fleet.nets.push_back(ClientHost::make(fleet.subnet, 0, &why));
-  ASSERT_NE(fleet.nets.back(), nullptr) << why;
-  const int block = port_block();
-  TestDaemon d({.config_toml = control_plane_config(block, {fleet.nets[0]->host_ip()},
-                                                    std::to_string(block + 10) + "-" + std::to_string(block + 39))});
-  d.start();
-  const std::string admin = d.admin_token();
-  const std::string url = "https://" + fleet.nets[0]->host_ip() + ":" + std::to_string(block);
-  AgentProcess agent("remote-k", fleet.nets[0]->netns(), fs::path(d.dir()) / "agents" / "k",
-                     std::to_string(block + 40) + "-" + std::to_string(block + 89));
-  agent.start(url, join_token(d, admin, "remote-k"));
-  ASSERT_TRUE(wait_until([&] { return host_state(d, admin, "remote-k") == "ready"; }, 60s, "remote-k ready")) << agent.log();
+  OneRemoteHost site;
+  ASSERT_TRUE(site.start("remote-k")) << site.why;
+  TestDaemon& d = *site.d;
+  AgentProcess& agent = *site.agent;
+  const std::string& admin = site.admin;
   const std::string user = d.register_and_login("restart-user");
   const std::string label = "label=gpucloud.installation=" + agent.installation();
   auto containers = [&](const std::string& id) {
