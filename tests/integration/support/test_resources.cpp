@@ -49,9 +49,31 @@ std::string shell_quote(const std::string& s) {
 
 std::string cleanup_script() { return std::string(GPUCLOUD_SOURCE_DIR) + "/tests/integration/support/cleanup.py"; }
 
+// A test process that died (ctest's time limit, a kill) leaves what its lease lists — its
+// published ports among them, DNATed by its nftables table to containers that are gone — and
+// frees its port block: the next process to take a block sweeps such leases first, so a
+// reused block's ports reach this test's own daemon ("No route to host" otherwise). Only
+// leases no live process holds are touched; the check is one flock try per lease file.
+void sweep_dead_leases() {
+  const std::string dir = alloc_subdir("leases");
+  std::error_code ec;
+  bool dead = false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    dead = ::flock(fd, LOCK_EX | LOCK_NB) == 0;  // our own leases are locked by our other descriptor
+    ::close(fd);
+    if (dead) break;
+  }
+  if (!dead) return;
+  const std::string cmd = "python3 " + shell_quote(cleanup_script()) + " sweep " + shell_quote(dir) + " >/dev/null 2>&1";
+  (void)std::system(cmd.c_str());
+}
+
 }  // namespace
 
 int port_block() {
+  sweep_dead_leases();
   const std::string dir = alloc_subdir("ports");
   const int blocks = (kLastPort - kFirstPort + 1) / kPortBlockSize;
   // Start at a random block so parallel processes rarely contend for the same file.
