@@ -607,24 +607,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_TheProxiesReachAnInstanceOnARemoteHostOverTheA
       << "the agent's namespace reaches " << ipv4 << " directly: the test proves nothing about the link";
 
   // Jupyter through the link: its API, a kernel and a cell over the kernel's WebSocket.
-  const std::string nb = "/api/v1/instances/" + id + "/jupyter";
-  HttpResult status;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        status = d.get(nb + "/api/status", owner);
-        return status.status == 200;
-      },
-      60s, "the remote instance's Jupyter through the proxy", 300ms))
-      << status.status << " " << status.body;
-  auto kernel = d.request("POST", nb + "/api/kernels", "{}", owner);
-  ASSERT_EQ(kernel.status, 201) << kernel.body;
-  {
-    WsClient ws;
-    ws.connect(d.port(), nb + "/api/kernels/" + std::string(kernel.json().at("id").as_string()) + "/channels?session_id=s-1",
-               owner);
-    std::string seen;
-    EXPECT_EQ(run_jupyter_cell(ws, "6*7", &seen), "42") << seen;
-  }
+  EXPECT_EQ(jupyter_six_times_seven(d, id, owner), "42");
 
   // The agent dies: the proxy answers 503 at once, and serves again once it is back.
   agent.kill9();
@@ -711,24 +694,7 @@ TEST(RemoteAgentTest, DOCKER_ROOT_POSTGRES_AProxyThroughAnotherReplicaGoesThroug
   EXPECT_EQ(b.get(base + "/hello.txt", a.register_and_login("relay-other")).status, 404);
 
   // Jupyter through B: its API, a kernel and a cell over the kernel's WebSocket.
-  const std::string nb = "/api/v1/instances/" + id + "/jupyter";
-  HttpResult status;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        status = b.get(nb + "/api/status", owner);
-        return status.status == 200;
-      },
-      60s, "Jupyter through replica B", 300ms))
-      << status.status << " " << status.body;
-  auto kernel = b.request("POST", nb + "/api/kernels", "{}", owner);
-  ASSERT_EQ(kernel.status, 201) << kernel.body;
-  {
-    WsClient ws;
-    ws.connect(b.port(), nb + "/api/kernels/" + std::string(kernel.json().at("id").as_string()) + "/channels?session_id=s-2",
-               owner);
-    std::string seen;
-    EXPECT_EQ(run_jupyter_cell(ws, "6*7", &seen), "42") << seen;
-  }
+  EXPECT_EQ(jupyter_six_times_seven(b, id, owner), "42");
   release_and_wait(a, id, owner);
   agent.stop();
 }

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "support/test_daemon.h"
+#include "support/wait.h"
 
 namespace gpucloud::testing {
 
@@ -81,6 +82,28 @@ inline std::string run_jupyter_cell(WsClient& ws, const std::string& code, std::
       result = std::string(message.at("content").at("data").at("text/plain").as_string());
   }
   return result;
+}
+
+// Through `d`'s proxy to instance `id`'s Jupyter: waits for its API (60 s), starts a kernel and
+// runs 6*7 over the kernel's WebSocket. "42", or what went wrong instead.
+inline std::string jupyter_six_times_seven(const TestDaemon& d, const std::string& id, const std::string& token) {
+  const std::string nb = "/api/v1/instances/" + id + "/jupyter";
+  HttpResult status;
+  const bool up = static_cast<bool>(wait_until(
+      [&] {
+        status = d.get(nb + "/api/status", token);
+        return status.status == 200;
+      },
+      std::chrono::seconds(60), "Jupyter's API through the proxy", std::chrono::milliseconds(300)));
+  if (!up) return "Jupyter's API answered " + std::to_string(status.status) + " " + status.body;
+  auto kernel = d.request("POST", nb + "/api/kernels", "{}", token);
+  if (kernel.status != 201) return "starting a kernel answered " + std::to_string(kernel.status) + " " + kernel.body;
+  WsClient ws;
+  ws.connect(d.port(), nb + "/api/kernels/" + std::string(kernel.json().at("id").as_string()) + "/channels?session_id=proxied",
+             token);
+  std::string seen;
+  const std::string result = run_jupyter_cell(ws, "6*7", &seen);
+  return result == "42" ? result : "the cell gave '" + result + "'; messages:\n" + seen;
 }
 
 }  // namespace gpucloud::testing

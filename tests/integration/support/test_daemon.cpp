@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -104,8 +105,20 @@ bool docker_available() {
 }
 
 std::string TestDaemon::installation_id() const {
-  if (postgres_) {
-    auto db = store::connect_postgres(postgres_->options());
+  std::optional<store::PgConnectOptions> pg;
+  if (postgres_) pg = postgres_->options();
+  // A test that names a PostgreSQL database in its config ([store] url: replicas, a migrated
+  // store) is on the tests' server, whose password the tests have. Without this such a
+  // daemon had no lease, and its containers, network and table outlived the test.
+  if (const auto store = options_.config_toml.find("[store]"); !pg && store != std::string::npos) {
+    const auto key = options_.config_toml.find("url = \"", store);
+    const auto end = key == std::string::npos ? key : options_.config_toml.find('"', key + 7);
+    const auto& server = test_postgres();
+    const std::string url = end == std::string::npos ? "" : options_.config_toml.substr(key + 7, end - key - 7);
+    if (url.rfind("postgres", 0) == 0 && server) pg = store::PgConnectOptions{url, server->password, "gpucloud-tests"};
+  }
+  if (pg) {
+    auto db = store::connect_postgres(*pg);
     if (!db) return "";
     auto row = (*db)->one("SELECT value FROM meta WHERE key = 'installation_id'");
     return row && *row ? (*row)->text(0) : "";
